@@ -1,0 +1,62 @@
+"""The ``geoconsole`` command: the console by default, headless sub-commands for scripts.
+
+Import cost matters here: ``geoconsole --headless ...`` must never import textual, and
+``solve`` never imports asyncssh. Sub-command modules import their heavy dependencies
+inside the command functions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from geoconsole import cli_fleet, cli_labels, cli_launch, cli_solve
+from geoconsole.errors import fail
+
+app = typer.Typer(
+    name="geoconsole",
+    help="Place pipeline x data-parallel training on GPUs spread over slow, uneven networks.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    headless: bool = typer.Option(
+        False, "--headless", help="Run a sub-command without the console (for scripts and CI)."
+    ),
+    inventory: Optional[Path] = typer.Option(
+        None, "--inventory", "-i", help="Open the console on this fleet (TOML or hostfile)."
+    ),
+    session: Optional[Path] = typer.Option(
+        None, "--session", help="Open a saved console session (JSON)."
+    ),
+) -> None:
+    """With no command, open the console (on the built-in demo fabric without a fleet)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if headless:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+    from geoconsole.console import run_console  # textual: imported only for the console
+
+    raise typer.Exit(run_console(inventory=inventory, session=session))
+
+
+for _module in (cli_solve, cli_fleet, cli_labels, cli_launch):
+    _module.register(app)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,9 @@
+"""Headless sub-commands: fleet."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``."""

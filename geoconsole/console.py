@@ -1,0 +1,14 @@
+"""Entry point of the Textual console (imports textual)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def run_console(*, inventory: Path | None = None, session: Path | None = None) -> int:
+    """Run the console app; returns the process exit code."""
+    from geoconsole.app import create_app
+
+    app = create_app(inventory=inventory, session=session)
+    app.run()
+    return int(app.return_code or 0)

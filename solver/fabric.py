@@ -1,0 +1,345 @@
+"""Fabric model: directional latency/bandwidth matrices, validation and symmetrisation.
+
+A fabric describes ``N`` devices (GPUs, or CPU hosts) and, for every ordered pair
+``(i, j)``, the fitted start-up latency ``alpha_ij`` (milliseconds) and serialisation
+bandwidth ``beta_ij`` (decimal Gbps) of a point-to-point transfer from ``i`` to ``j``.
+Unmeasured pairs are ``null`` in JSON and ``NaN`` in memory, never a made-up number.
+
+The cost model uses the equal-payload symmetric model of the placement spec::
+
+    alpha_ij = (a_ij + a_ji) / 2                      (arithmetic mean)
+    beta_ij  = 2 / (1 / b_ij + 1 / b_ji)              (harmonic mean)
+    T_ij(c, m) = m * alpha_ij / 1000 + 8 * c / beta_ij   seconds, c in decimal GB
+
+The harmonic mean preserves the sum of forward and reverse serialisation times:
+``2 * 8c / beta_ij == 8c / b_ij + 8c / b_ji``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: Largest accepted latency (ms) and bandwidth (Gbps); beyond these a value is a unit
+#: mistake, and would overflow the cost arithmetic long before it meant anything.
+MAX_ALPHA_MS = 1.0e6
+MAX_BETA_GBPS = 1.0e6
+
+
+class FabricError(ValueError):
+    """A fabric file or matrix is malformed. The message is one line naming the place."""
+
+
+@dataclass(frozen=True)
+class Device:
+    """One matrix row: where it lives. ``gpu`` is ``None`` for a CPU host."""
+
+    host: str
+    gpu: int | None = None
+    region: str | None = None
+    zone: str | None = None
+    network_group: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.host if self.gpu is None else f"{self.host}:{self.gpu}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "gpu": self.gpu,
+            "region": self.region,
+            "zone": self.zone,
+            "network_group": self.network_group,
+        }
+
+
+@dataclass(eq=False)
+class Fabric:
+    """Directional measurements for ``n`` devices.
+
+    ``alpha_ms`` and ``beta_gbps`` are ``(n, n)`` float arrays as measured (row sends
+    to column), ``NaN`` where a pair is unmeasured; the diagonal is ignored.
+    ``extras`` keeps every other top-level JSON field (per-pair fit quality, estimated
+    flags, ...) so a load/save round trip loses nothing.
+    """
+
+    alpha_ms: np.ndarray
+    beta_gbps: np.ndarray
+    labels: tuple[str, ...]
+    devices: tuple[Device, ...] | None = None
+    measured_at: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)
+    source: str = "<fabric>"
+
+    def __post_init__(self) -> None:
+        self.alpha_ms = np.asarray(self.alpha_ms, dtype=float)
+        self.beta_gbps = np.asarray(self.beta_gbps, dtype=float)
+        self.labels = tuple(str(x) for x in self.labels)
+        _check_arrays(self)
+
+    @property
+    def n(self) -> int:
+        return int(self.alpha_ms.shape[0])
+
+    def device_name(self, i: int) -> str:
+        """Human name of row ``i``: ``host:gpu`` when devices are known, else ``#i``."""
+        if self.devices is not None:
+            return self.devices[i].name
+        return f"#{i}"
+
+    def missing_pairs(self) -> list[tuple[int, int]]:
+        """Unordered pairs ``i < j`` with any unmeasured direction, row-major order."""
+        bad = ~(np.isfinite(self.alpha_ms) & np.isfinite(self.beta_gbps))
+        bad = bad | bad.T
+        np.fill_diagonal(bad, False)
+        i, j = np.nonzero(np.triu(bad, 1))
+        return list(zip(i.tolist(), j.tolist()))
+
+    def symmetric(self) -> tuple[np.ndarray, np.ndarray]:
+        """Symmetric ``(alpha_ms, beta_gbps)``: mean latency, harmonic-mean bandwidth.
+
+        Diagonal entries are 0 latency and ``inf`` bandwidth (a device talks to itself
+        for free). Unmeasured pairs stay ``NaN``. O(n^2).
+        """
+        a = (self.alpha_ms + self.alpha_ms.T) / 2.0
+        with np.errstate(divide="ignore"):
+            b = 2.0 / (1.0 / self.beta_gbps + 1.0 / self.beta_gbps.T)
+        np.fill_diagonal(a, 0.0)
+        np.fill_diagonal(b, np.inf)
+        return a, b
+
+    def transfer_s(self, c_gb: float, messages: float = 1.0) -> np.ndarray:
+        """``T_ij(c, m) = m * alpha_ij / 1000 + 8 c / beta_ij`` seconds; zero diagonal."""
+        a, b = self.symmetric()
+        t = messages * a / 1000.0 + 8.0 * c_gb / b
+        np.fill_diagonal(t, 0.0)
+        return t
+
+    def sha256(self) -> str:
+        """Hash of the measured matrices and labels (what a score depends on)."""
+        doc = {
+            "labels": list(self.labels),
+            "alpha_ms": _matrix_to_json(self.alpha_ms),
+            "beta_gbps": _matrix_to_json(self.beta_gbps),
+        }
+        text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "labels": list(self.labels),
+            "alpha_ms": _matrix_to_json(self.alpha_ms),
+            "beta_gbps": _matrix_to_json(self.beta_gbps),
+        }
+        if self.devices is not None:
+            doc["devices"] = [d.to_json() for d in self.devices]
+        if self.measured_at is not None:
+            doc["measured_at"] = self.measured_at
+        if self.meta:
+            doc["meta"] = self.meta
+        doc.update(self.extras)
+        return doc
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write JSON atomically (temporary file in the same folder, then rename)."""
+        write_atomic(Path(path), json.dumps(self.to_json(), indent=1) + "\n")
+
+    def subset(self, rows: list[int] | np.ndarray) -> "Fabric":
+        """The fabric restricted to ``rows`` (in that order). Per-pair extras are sliced."""
+        idx = np.asarray(rows, dtype=int)
+        extras = {}
+        for key, value in self.extras.items():
+            if _is_square(value, self.n):
+                extras[key] = [[value[i][j] for j in idx] for i in idx]
+            else:
+                extras[key] = value
+        return Fabric(
+            alpha_ms=self.alpha_ms[np.ix_(idx, idx)],
+            beta_gbps=self.beta_gbps[np.ix_(idx, idx)],
+            labels=tuple(self.labels[i] for i in idx),
+            devices=None if self.devices is None else tuple(self.devices[i] for i in idx),
+            measured_at=self.measured_at,
+            meta=dict(self.meta),
+            extras=extras,
+            source=self.source,
+        )
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so that readers see the old or the new file, whole."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _is_square(value: Any, n: int) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == n
+        and n > 0
+        and all(isinstance(row, list) and len(row) == n for row in value)
+    )
+
+
+def _matrix_to_json(m: np.ndarray) -> list[list[float | None]]:
+    return [[None if not math.isfinite(x) else _plain(x) for x in row] for row in m.tolist()]
+
+
+def _plain(x: float) -> float | int:
+    return int(x) if float(x).is_integer() and abs(x) < 2**53 else x
+
+
+def _check_arrays(f: Fabric) -> None:
+    """Validate shapes and values of an in-memory fabric (raises FabricError)."""
+    src = f.source
+    for name, m in (("alpha_ms", f.alpha_ms), ("beta_gbps", f.beta_gbps)):
+        if m.ndim != 2 or m.shape[0] != m.shape[1]:
+            raise FabricError(f"{src}: {name}: must be a square matrix, got shape {m.shape}")
+    n = f.alpha_ms.shape[0]
+    if n < 1:
+        raise FabricError(f"{src}: alpha_ms: needs at least one device")
+    if f.beta_gbps.shape != (n, n):
+        raise FabricError(
+            f"{src}: beta_gbps: shape {f.beta_gbps.shape} differs from alpha_ms {(n, n)}"
+        )
+    if len(f.labels) != n:
+        raise FabricError(f"{src}: labels: {len(f.labels)} labels for {n} devices")
+    if f.devices is not None and len(f.devices) != n:
+        raise FabricError(f"{src}: devices: {len(f.devices)} entries for {n} devices")
+    off = ~np.eye(n, dtype=bool)
+    checks = (
+        ("alpha_ms", f.alpha_ms, np.isinf(f.alpha_ms), "must be finite"),
+        ("alpha_ms", f.alpha_ms, f.alpha_ms < 0, "latency must be >= 0"),
+        ("alpha_ms", f.alpha_ms, f.alpha_ms > MAX_ALPHA_MS, f"latency above {MAX_ALPHA_MS:g} ms"),
+        ("beta_gbps", f.beta_gbps, np.isinf(f.beta_gbps), "must be finite"),
+        ("beta_gbps", f.beta_gbps, (f.beta_gbps <= 0) & off, "bandwidth must be > 0 off the diagonal"),
+        ("beta_gbps", f.beta_gbps, f.beta_gbps > MAX_BETA_GBPS, f"bandwidth above {MAX_BETA_GBPS:g} Gbps"),
+    )
+    for name, m, bad, why in checks:
+        bad = bad & off
+        if bad.any():
+            i, j = (int(v) for v in np.argwhere(bad)[0])
+            raise FabricError(f"{src}: {name}[{i}][{j}]: {why}, got {m[i, j]!r}")
+    nan_a, nan_b = np.isnan(f.alpha_ms) & off, np.isnan(f.beta_gbps) & off
+    if (nan_a != nan_b).any():
+        i, j = (int(v) for v in np.argwhere(nan_a != nan_b)[0])
+        raise FabricError(
+            f"{src}: pair [{i}][{j}]: alpha_ms and beta_gbps must both be measured or both null"
+        )
+
+
+def _parse_matrix(raw: Any, name: str, n: int, src: str) -> np.ndarray:
+    if not isinstance(raw, list):
+        raise FabricError(f"{src}: {name}: expected a list of rows, got {type(raw).__name__}")
+    if len(raw) != n:
+        raise FabricError(f"{src}: {name}: {len(raw)} rows for {n} devices (labels)")
+    out = np.full((n, n), np.nan)
+    for i, row in enumerate(raw):
+        if not isinstance(row, list):
+            raise FabricError(f"{src}: {name}[{i}]: expected a list, got {type(row).__name__}")
+        if len(row) != n:
+            raise FabricError(f"{src}: {name}[{i}]: {len(row)} entries, expected {n}")
+        for j, x in enumerate(row):
+            if x is None:
+                continue
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                raise FabricError(
+                    f"{src}: {name}[{i}][{j}]: expected a number or null, got {json.dumps(x)}"
+                )
+            if not math.isfinite(float(x)) and not (i == j):
+                raise FabricError(f"{src}: {name}[{i}][{j}]: must be finite, got {x!r}")
+            out[i, j] = float(x) if math.isfinite(float(x)) else np.nan
+    return out
+
+
+def _parse_devices(raw: Any, n: int, src: str) -> tuple[Device, ...]:
+    if not isinstance(raw, list) or len(raw) != n:
+        got = len(raw) if isinstance(raw, list) else type(raw).__name__
+        raise FabricError(f"{src}: devices: expected a list of {n} entries, got {got}")
+    out = []
+    for i, d in enumerate(raw):
+        if not isinstance(d, dict) or not isinstance(d.get("host"), str) or not d["host"]:
+            raise FabricError(f"{src}: devices[{i}]: expected an object with a host name")
+        gpu = d.get("gpu")
+        if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0):
+            raise FabricError(f"{src}: devices[{i}].gpu: expected an index >= 0 or null, got {gpu!r}")
+        values = {}
+        for key in ("region", "zone", "network_group"):
+            v = d.get(key)
+            if v is not None and not isinstance(v, str):
+                raise FabricError(f"{src}: devices[{i}].{key}: expected a string or null")
+            values[key] = v or None
+        out.append(Device(host=d["host"], gpu=gpu, **values))
+    return tuple(out)
+
+
+def _reject_constant(name: str) -> float:
+    raise FabricError(f"non-standard JSON number {name}")
+
+
+def fabric_from_json(doc: Any, source: str = "<fabric>") -> Fabric:
+    """Build and validate a Fabric from a parsed JSON document."""
+    if not isinstance(doc, dict):
+        raise FabricError(f"{source}: expected a JSON object, got {type(doc).__name__}")
+    for key in ("labels", "alpha_ms", "beta_gbps"):
+        if key not in doc:
+            raise FabricError(f"{source}: missing field '{key}'")
+    labels = doc["labels"]
+    if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+        raise FabricError(f"{source}: labels: expected a list of strings")
+    n = len(labels)
+    if n < 1:
+        raise FabricError(f"{source}: labels: needs at least one device")
+    alpha = _parse_matrix(doc["alpha_ms"], "alpha_ms", n, source)
+    beta = _parse_matrix(doc["beta_gbps"], "beta_gbps", n, source)
+    devices = _parse_devices(doc["devices"], n, source) if doc.get("devices") is not None else None
+    meta = doc.get("meta") or {}
+    if not isinstance(meta, dict):
+        raise FabricError(f"{source}: meta: expected an object")
+    measured_at = doc.get("measured_at")
+    if measured_at is not None and not isinstance(measured_at, str):
+        raise FabricError(f"{source}: measured_at: expected a timestamp string")
+    known = {"labels", "alpha_ms", "beta_gbps", "devices", "meta", "measured_at"}
+    extras = {k: v for k, v in doc.items() if k not in known}
+    return Fabric(alpha, beta, tuple(labels), devices, measured_at, meta, extras, source)
+
+
+def load_fabric(path: str | os.PathLike[str]) -> Fabric:
+    """Read and validate a fabric JSON file. Raises FabricError with a one-line message."""
+    src = str(path)
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise FabricError(f"{src}: no such file") from None
+    except IsADirectoryError:
+        raise FabricError(f"{src}: is a directory, expected a fabric JSON file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FabricError(f"{src}: cannot read: {exc}") from None
+    try:
+        doc = json.loads(text, parse_constant=_reject_constant)
+    except FabricError as exc:
+        raise FabricError(f"{src}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise FabricError(f"{src}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise FabricError(f"{src}: invalid JSON: nested too deeply") from None
+    return fabric_from_json(doc, src)
