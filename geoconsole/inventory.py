@@ -1,0 +1,358 @@
+"""Fleet inventory: which hosts to reach over SSH, how, and where they are.
+
+Two file formats are read:
+
+* **TOML** (``*.toml``): an optional ``[defaults]`` table and one ``[[hosts]]`` table per
+  host::
+
+      [defaults]
+      user = "ubuntu"
+      identity = "~/.ssh/id_ed25519"
+      python = "/opt/venv/bin/python"
+
+      [[hosts]]
+      name = "oregon-1"            # shown everywhere; defaults to the address
+      address = "10.0.0.5"         # or an alias from ~/.ssh/config
+      port = 22
+      interface = "ens5"           # data interface for probes; else `ip route get <peer>`
+      gpus = [0, 1]                # GPUs to use; "all" (default)
+      region = "us-west1"
+      zone = "us-west1-b"
+      network_group = "rack-7"
+
+* **Hostfile** (any other name), the DeepSpeed / MPI form: one ``host slots=N`` per line,
+  ``#`` comments; ``slots`` is the number of GPUs to use (the first ``N``).
+
+Addresses (and hostfile host names) that match a ``Host`` alias in ``~/.ssh/config``
+take its ``HostName``, ``User``, ``Port`` and ``IdentityFile``. Precedence: the host's
+own entry, then ``~/.ssh/config``, then ``[defaults]``, then built-ins (port 22, the
+local user, ``python3``, all GPUs).
+
+Every malformed entry is reported as one line naming the file, the entry and the field
+(:class:`InventoryError`, a :class:`~geoconsole.errors.UserError`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import os
+import re
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from geoconsole.errors import UserError
+from geoconsole.exitcodes import ExitCode
+
+DEFAULT_SSH_CONFIG = "~/.ssh/config"
+
+_HOST_FIELDS = {
+    "name", "address", "port", "user", "identity", "python", "interface", "gpus",
+    "region", "zone", "network_group",
+}
+_DEFAULT_FIELDS = _HOST_FIELDS - {"name", "address"}
+_LABEL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class InventoryError(UserError):
+    """A malformed inventory; the message is one line naming file, entry and field."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ExitCode.USAGE)
+
+
+@dataclass(frozen=True)
+class Host:
+    """One fleet host, fully resolved (ssh config and defaults applied).
+
+    ``gpus`` is ``None`` for "all GPUs the host has"; a tuple of indices otherwise.
+    Labels (``region``, ``zone``, ``network_group``) may be ``None`` until discovery or
+    the operator fills them.
+    """
+
+    name: str
+    address: str
+    port: int = 22
+    user: str | None = None
+    identity: str | None = None
+    python: str = "python3"
+    interface: str | None = None
+    gpus: tuple[int, ...] | None = None
+    region: str | None = None
+    zone: str | None = None
+    network_group: str | None = None
+    #: Where the entry came from (``file:line`` or ``file: hosts[i]``), for messages.
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The hosts of one inventory file, in file order."""
+
+    hosts: tuple[Host, ...]
+    path: Path
+
+    def __len__(self) -> int:
+        return len(self.hosts)
+
+    def host(self, name: str) -> Host:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise KeyError(name)
+
+    def with_labels(self, region: str | None = None, zone: str | None = None,
+                    network_group: str | None = None) -> "Inventory":
+        """Fill labels that hosts leave empty (the ``--region/--zone/--network-group`` flags)."""
+        hosts = tuple(
+            replace(h, region=h.region or region, zone=h.zone or zone,
+                    network_group=h.network_group or network_group)
+            for h in self.hosts
+        )
+        return Inventory(hosts, self.path)
+
+
+# -- ~/.ssh/config ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _SSHConfigBlock:
+    patterns: tuple[str, ...]
+    options: tuple[tuple[str, str], ...]
+
+
+def read_ssh_config(path: str | os.PathLike[str] | None = DEFAULT_SSH_CONFIG) -> list[_SSHConfigBlock]:
+    """Parse the ``Host`` blocks of an OpenSSH client config (``Match`` blocks are skipped).
+
+    A missing file is an empty config. ``Include`` is followed (globs, relative to
+    ``~/.ssh``).
+    """
+    if path is None:
+        return []
+    file = Path(os.path.expanduser(str(path)))
+    try:
+        text = file.read_text()
+    except (FileNotFoundError, IsADirectoryError):
+        return []
+    except OSError as exc:
+        raise InventoryError(f"{file}: cannot read: {exc.strerror}") from None
+    blocks: list[_SSHConfigBlock] = []
+    patterns: tuple[str, ...] = ("*",)
+    options: list[tuple[str, str]] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.replace("=", " ", 1).partition(" ")
+        key, value = key.lower(), value.strip().strip('"')
+        if key in ("host", "match"):
+            blocks.append(_SSHConfigBlock(patterns, tuple(options)))
+            patterns = tuple(value.split()) if key == "host" else ()
+            options = []
+        elif key == "include":
+            blocks.append(_SSHConfigBlock(patterns, tuple(options)))
+            options = []
+            for item in value.split():
+                item = os.path.expanduser(item)
+                if not os.path.isabs(item):
+                    item = os.path.join(os.path.expanduser("~/.ssh"), item)
+                for inc in sorted(glob.glob(item)):
+                    blocks.extend(read_ssh_config(inc))
+        else:
+            options.append((key, value))
+    blocks.append(_SSHConfigBlock(patterns, tuple(options)))
+    return blocks
+
+
+def ssh_config_for(alias: str, blocks: list[_SSHConfigBlock]) -> dict[str, str]:
+    """Options for ``alias``: first value wins, as in OpenSSH."""
+    out: dict[str, str] = {}
+    for block in blocks:
+        if not _host_matches(alias, block.patterns):
+            continue
+        for key, value in block.options:
+            out.setdefault(key, value)
+    return out
+
+
+def _host_matches(alias: str, patterns: tuple[str, ...]) -> bool:
+    matched = False
+    for pattern in patterns:
+        if pattern.startswith("!"):
+            if fnmatch.fnmatchcase(alias, pattern[1:]):
+                return False
+        elif fnmatch.fnmatchcase(alias, pattern):
+            matched = True
+    return matched
+
+
+# -- loading ---------------------------------------------------------------------------
+
+
+def load_inventory(path: str | os.PathLike[str], *,
+                   ssh_config: str | os.PathLike[str] | None = DEFAULT_SSH_CONFIG) -> Inventory:
+    """Read a TOML inventory or a hostfile (by suffix). Raises :class:`InventoryError`."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InventoryError(f"{path}: no such inventory file") from None
+    except IsADirectoryError:
+        raise InventoryError(f"{path}: is a directory, expected an inventory file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InventoryError(f"{path}: cannot read: {exc}") from None
+    blocks = read_ssh_config(ssh_config)
+    if path.suffix.lower() == ".toml":
+        entries = _toml_entries(path, text)
+    else:
+        entries = _hostfile_entries(path, text)
+    hosts = [_resolve(path, where, entry, defaults, blocks) for where, entry, defaults in entries]
+    if not hosts:
+        raise InventoryError(f"{path}: no hosts")
+    seen: dict[str, str] = {}
+    for h in hosts:
+        if h.name in seen:
+            raise InventoryError(f"{h.source}: duplicate host name {h.name!r} (also {seen[h.name]})")
+        seen[h.name] = h.source
+    return Inventory(tuple(hosts), path)
+
+
+def _toml_entries(path: Path, text: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InventoryError(f"{path}: invalid TOML: {exc}") from None
+    unknown = set(doc) - {"defaults", "hosts"}
+    if unknown:
+        raise InventoryError(f"{path}: unknown top-level key {sorted(unknown)[0]!r} (expected [defaults] and [[hosts]])")
+    defaults = doc.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise InventoryError(f"{path}: defaults: expected a table")
+    for key in defaults:
+        if key not in _DEFAULT_FIELDS:
+            raise InventoryError(f"{path}: defaults.{key}: unknown field")
+    hosts = doc.get("hosts")
+    if hosts is None:
+        raise InventoryError(f"{path}: no [[hosts]] entries")
+    if not isinstance(hosts, list) or not all(isinstance(h, dict) for h in hosts):
+        raise InventoryError(f"{path}: hosts: expected [[hosts]] tables")
+    out = []
+    for i, entry in enumerate(hosts):
+        for key in entry:
+            if key not in _HOST_FIELDS:
+                raise InventoryError(f"{path}: hosts[{i}].{key}: unknown field")
+        out.append((f"{path}: hosts[{i}]", entry, defaults))
+    return out
+
+
+def _hostfile_entries(path: Path, text: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    out = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        where = f"{path}:{lineno}"
+        host, *rest = line.split()
+        entry: dict[str, Any] = {"address": host}
+        for item in rest:
+            key, sep, value = item.partition("=")
+            if not sep or key not in ("slots", "max_slots"):
+                raise InventoryError(f"{where}: expected 'host slots=N', got {item!r}")
+            if not value.isdigit() or int(value) < 1:
+                raise InventoryError(f"{where}: {key}: expected a positive integer, got {value!r}")
+            if key == "slots":
+                entry["gpus"] = list(range(int(value)))
+        out.append((where, entry, {}))
+    return out
+
+
+def _resolve(path: Path, where: str, entry: dict[str, Any], defaults: dict[str, Any],
+             blocks: list[_SSHConfigBlock]) -> Host:
+    def text(key: str, value: Any, scope: str) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise InventoryError(f"{scope}.{key}: expected a non-empty string, got {value!r}")
+        if _LABEL_RE.search(value):
+            raise InventoryError(f"{scope}.{key}: control characters are not allowed, got {value!r}")
+        return value
+
+    d_scope = f"{path}: defaults"
+    merged_defaults = {k: v for k, v in defaults.items()}
+    address = text("address", entry.get("address"), where)
+    name = text("name", entry.get("name"), where)
+    if address is None:
+        if name is None:
+            raise InventoryError(f"{where}: needs an address (or a name that resolves)")
+        address = name
+    if name is None:
+        name = address
+    ssh = ssh_config_for(address, blocks)
+    real_address = ssh.get("hostname", address).replace("%h", address)
+
+    def pick(key: str, ssh_key: str | None = None) -> tuple[Any, str]:
+        if key in entry:
+            return entry[key], where
+        if ssh_key and ssh_key in ssh:
+            return ssh[ssh_key], f"{where} (~/.ssh/config {ssh_key})"
+        if key in merged_defaults:
+            return merged_defaults[key], d_scope
+        return None, where
+
+    port_value, port_scope = pick("port", "port")
+    port = _port(port_value, port_scope)
+    user_value, user_scope = pick("user", "user")
+    ident_value, ident_scope = pick("identity", "identityfile")
+    python_value, python_scope = pick("python")
+    iface_value, iface_scope = pick("interface")
+    gpus_value, gpus_scope = pick("gpus")
+    labels = {}
+    for key in ("region", "zone", "network_group"):
+        value, scope = pick(key)
+        labels[key] = text(key, value, scope)
+    identity = text("identity", ident_value, ident_scope)
+    return Host(
+        name=name,
+        address=real_address,
+        port=port,
+        user=text("user", user_value, user_scope),
+        identity=os.path.expanduser(identity) if identity else None,
+        python=text("python", python_value, python_scope) or "python3",
+        interface=_interface(iface_value, iface_scope),
+        gpus=_gpus(gpus_value, gpus_scope),
+        source=where,
+        **labels,
+    )
+
+
+def _port(value: Any, scope: str) -> int:
+    if value is None:
+        return 22
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise InventoryError(f"{scope}.port: expected an integer 1-65535, got {value!r}")
+    return value
+
+
+def _interface(value: Any, scope: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_.:@-]{1,15}", value):
+        raise InventoryError(f"{scope}.interface: expected a network interface name, got {value!r}")
+    return value
+
+
+def _gpus(value: Any, scope: str) -> tuple[int, ...] | None:
+    if value is None or value == "all":
+        return None
+    if not isinstance(value, list) or not value:
+        raise InventoryError(f"{scope}.gpus: expected \"all\" or a list of GPU indices, got {value!r}")
+    for g in value:
+        if isinstance(g, bool) or not isinstance(g, int) or g < 0:
+            raise InventoryError(f"{scope}.gpus: expected GPU indices >= 0, got {g!r}")
+    if len(set(value)) != len(value):
+        raise InventoryError(f"{scope}.gpus: repeated GPU index in {value!r}")
+    return tuple(value)

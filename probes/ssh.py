@@ -1,0 +1,400 @@
+"""SSH sessions to fleet hosts (asyncssh), with host keys checked against known_hosts.
+
+The rules every caller gets for free:
+
+* **Host keys** are verified against a known_hosts file. An unknown key, or one that
+  differs from the recorded key, is refused with its SHA256 fingerprint
+  (:class:`HostKeyError`). Only an explicit ``accept_new=True`` (the CLI's
+  ``--accept-new``) trusts an *unknown* key, and it is then appended to known_hosts; a
+  *changed* key is refused even then, as OpenSSH's ``StrictHostKeyChecking=accept-new``
+  does.
+* **Keys** come from the host's ``identity`` (inventory) or, without one, from the SSH
+  agent and the default ``~/.ssh/id_*`` files.
+* **Timeouts**: a connect (TCP + handshake + login) timeout, a per-command timeout,
+  and keepalives so that a dead host is noticed within
+  ``keepalive_interval * (keepalive_count_max + 1)`` seconds.
+* **Concurrency**: at most ``max_connecting`` handshakes at once (sshd's ``MaxStartups``
+  refuses bursts of unauthenticated connections, by default beyond 10).
+* **Reconnect once**: :meth:`HostSession.run` reconnects once when the connection has
+  dropped, and runs the command again.
+* **Quoting**: commands are given as argument lists and every argument is
+  ``shlex.quote``d; environment variables are placed in the command line through
+  ``env`` (sshd drops channel environment variables unless ``AcceptEnv`` lists them).
+
+A host is anything with the attributes ``name``, ``address``, ``port``, ``user`` and
+``identity`` (``geoconsole.inventory.Host`` or :class:`SSHTarget`).
+
+Example::
+
+    pool = SSHPool(known_hosts="~/.ssh/known_hosts")
+    session = await pool.session(host)
+    result = await session.run(["uname", "-r"], timeout=10)
+    print(result.stdout)
+    await pool.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import logging
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Protocol, Sequence
+
+import asyncssh
+
+# asyncssh logs every channel at INFO; the console shows its own one-line errors.
+logging.getLogger("asyncssh").setLevel(logging.WARNING)
+
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+
+
+class HostLike(Protocol):
+    name: str
+    address: str
+    port: int
+    user: str | None
+    identity: str | None
+
+
+@dataclass(frozen=True)
+class SSHTarget:
+    """The minimal host description :class:`SSHPool` needs."""
+
+    name: str
+    address: str
+    port: int = 22
+    user: str | None = None
+    identity: str | None = None
+
+
+class SSHError(Exception):
+    """Remote trouble with one host; ``str()`` is a one-line message naming the host."""
+
+    def __init__(self, host: str, message: str) -> None:
+        super().__init__(f"{host}: {message}")
+        self.host = host
+
+
+class HostKeyError(SSHError):
+    """The server's host key is unknown (``kind='unknown'``) or differs (``'changed'``)."""
+
+    def __init__(self, host: str, kind: str, algorithm: str, fingerprint: str, known_hosts: str) -> None:
+        if kind == "unknown":
+            why = (
+                f"host key {algorithm} {fingerprint} is not in {known_hosts}; "
+                "refused (run with --accept-new to trust it and record it)"
+            )
+        else:
+            why = (
+                f"host key CHANGED: offered {algorithm} {fingerprint} differs from the key "
+                f"recorded in {known_hosts}; refused (remove the old entry if the change is expected)"
+            )
+        super().__init__(host, why)
+        self.kind = kind
+        self.algorithm = algorithm
+        self.fingerprint = fingerprint
+
+
+class ConnectError(SSHError):
+    """The host could not be reached or refused the login."""
+
+
+class CommandTimeout(SSHError):
+    """A remote command ran past its timeout (it was killed)."""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """Outcome of one remote command."""
+
+    command: str
+    exit_status: int | None
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0
+
+
+def quote_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+    """One shell command line: ``env K=V ... argv...``, every piece ``shlex.quote``d.
+
+    Variable names must be identifiers (they cannot be quoted); values can be anything.
+    """
+    if isinstance(argv, (str, bytes)):
+        raise TypeError("argv must be a sequence of arguments, not a string")
+    parts: list[str] = []
+    if env:
+        parts.append("env")
+        for key, value in env.items():
+            if not key.isidentifier():
+                raise ValueError(f"environment variable name {key!r} is not an identifier")
+            parts.append(shlex.quote(f"{key}={value}"))
+    parts.extend(shlex.quote(str(a)) for a in argv)
+    return " ".join(parts)
+
+
+def known_hosts_pattern(address: str, port: int) -> str:
+    """The known_hosts host field for ``address:port`` (``[addr]:port`` off port 22)."""
+    return address if port == 22 else f"[{address}]:{port}"
+
+
+class _VerifyingClient(asyncssh.SSHClient):
+    """Decides on host keys that known_hosts does not already trust."""
+
+    def __init__(self, pool: "SSHPool", host: HostLike) -> None:
+        self._pool = pool
+        self._host = host
+        self.rejected: HostKeyError | None = None
+
+    def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
+        path = self._pool.known_hosts_path
+        algorithm = key.get_algorithm()
+        fingerprint = key.get_fingerprint("sha256")
+        recorded = self._pool._recorded_keys(self._host.address, addr, port)
+        if recorded:
+            self.rejected = HostKeyError(self._host.name, "changed", algorithm, fingerprint, str(path))
+            return False
+        if not self._pool.accept_new:
+            self.rejected = HostKeyError(self._host.name, "unknown", algorithm, fingerprint, str(path))
+            return False
+        self._pool._record_key(self._host.address, port, key)
+        return True
+
+
+class SSHPool:
+    """Connections to many hosts with shared settings; one connection per host.
+
+    Parameters are keyword-only; see the module docstring for what each rule means.
+    ``accepted`` lists ``(host name, algorithm, fingerprint)`` of keys recorded under
+    ``accept_new``.
+    """
+
+    def __init__(
+        self,
+        *,
+        known_hosts: str | os.PathLike[str] = DEFAULT_KNOWN_HOSTS,
+        accept_new: bool = False,
+        connect_timeout: float = 10.0,
+        command_timeout: float = 60.0,
+        keepalive_interval: float = 5.0,
+        keepalive_count_max: int = 3,
+        max_connecting: int = 10,
+        client_keys: Sequence[str] | None = None,
+    ) -> None:
+        self.known_hosts_path = Path(os.path.expanduser(str(known_hosts)))
+        self.accept_new = accept_new
+        self.connect_timeout = connect_timeout
+        self.command_timeout = command_timeout
+        self.keepalive_interval = keepalive_interval
+        self.keepalive_count_max = keepalive_count_max
+        self.client_keys = list(client_keys) if client_keys else None
+        self.accepted: list[tuple[str, str, str]] = []
+        self._connecting = asyncio.Semaphore(max_connecting)
+        self._sessions: dict[str, HostSession] = {}
+        self._known_lock = asyncio.Lock()
+
+    # -- known_hosts ---------------------------------------------------------------
+
+    def _load_known(self) -> asyncssh.SSHKnownHosts:
+        try:
+            text = self.known_hosts_path.read_text()
+        except FileNotFoundError:
+            text = ""
+        return asyncssh.import_known_hosts(text)
+
+    def _recorded_keys(self, host: str, addr: str, port: int) -> list[asyncssh.SSHKey]:
+        trusted, *_ = self._load_known().match(host, addr, port)
+        return list(trusted)
+
+    def _record_key(self, address: str, port: int, key: asyncssh.SSHKey) -> None:
+        line = f"{known_hosts_pattern(address, port)} {key.export_public_key().decode().strip()}\n"
+        self.known_hosts_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        existing = self.known_hosts_path.read_text() if self.known_hosts_path.exists() else ""
+        if existing and not existing.endswith("\n"):
+            line = "\n" + line
+        fd = os.open(self.known_hosts_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a") as handle:
+            handle.write(line)
+        self.accepted.append((address, key.get_algorithm(), key.get_fingerprint("sha256")))
+
+    # -- connections ---------------------------------------------------------------
+
+    async def connect(self, host: HostLike) -> asyncssh.SSHClientConnection:
+        """Open a new verified connection to ``host`` (raises an :class:`SSHError`)."""
+        client = _VerifyingClient(self, host)
+        options: dict[str, Any] = dict(
+            port=host.port,
+            username=host.user or getpass.getuser(),
+            known_hosts=self._load_known(),
+            client_factory=lambda: client,
+            connect_timeout=self.connect_timeout,
+            login_timeout=self.connect_timeout,
+            keepalive_interval=self.keepalive_interval,
+            keepalive_count_max=self.keepalive_count_max,
+            config=None,
+        )
+        identity = getattr(host, "identity", None)
+        if identity:
+            options["client_keys"] = [os.path.expanduser(identity)]
+            options["agent_path"] = None
+        elif self.client_keys:
+            options["client_keys"] = self.client_keys
+        where = f"{host.address}:{host.port}"
+        async with self._connecting:
+            try:
+                return await asyncio.wait_for(
+                    asyncssh.connect(host.address, **options), self.connect_timeout + 1
+                )
+            except asyncssh.HostKeyNotVerifiable:
+                if client.rejected is not None:
+                    raise client.rejected from None
+                raise ConnectError(host.name, f"host key of {where} not verifiable") from None
+            except asyncssh.PermissionDenied:
+                raise ConnectError(host.name, f"login refused at {where} (user {options['username']})") from None
+            except (asyncio.TimeoutError, TimeoutError):
+                raise ConnectError(host.name, f"connect to {where} timed out after {self.connect_timeout:g} s") from None
+            except (OSError, asyncssh.Error) as exc:
+                reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
+                raise ConnectError(host.name, f"cannot connect to {where}: {reason}") from None
+
+    async def session(self, host: HostLike) -> "HostSession":
+        """The pool's session for ``host``, connecting on first use."""
+        existing = self._sessions.get(host.name)
+        if existing is not None and not existing.closed:
+            return existing
+        session = HostSession(self, host, await self.connect(host))
+        self._sessions[host.name] = session
+        return session
+
+    async def close(self) -> None:
+        """Close every connection of the pool."""
+        sessions = list(self._sessions.values())
+        self._sessions.clear()
+        for s in sessions:
+            s.close()
+        await asyncio.gather(*(s.wait_closed() for s in sessions), return_exceptions=True)
+
+    async def __aenter__(self) -> "SSHPool":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class HostSession:
+    """One host's connection: run commands, start long-lived processes."""
+
+    def __init__(self, pool: SSHPool, host: HostLike, conn: asyncssh.SSHClientConnection) -> None:
+        self.pool = pool
+        self.host = host
+        self.conn = conn
+        self.reconnects = 0
+
+    @property
+    def closed(self) -> bool:
+        return self.conn is None or self.conn.is_closed()
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+    async def wait_closed(self) -> None:
+        if self.conn is not None:
+            await self.conn.wait_closed()
+
+    async def reconnect(self) -> None:
+        """Replace the connection with a fresh one (raises :class:`SSHError`)."""
+        self.close()
+        self.reconnects += 1
+        self.conn = await self.pool.connect(self.host)
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        input: str | None = None,
+        timeout: float | None = None,
+        check: bool = False,
+        retry: bool = True,
+    ) -> CommandResult:
+        """Run ``argv`` (quoted) and wait for it; reconnects once if the link dropped.
+
+        Raises :class:`CommandTimeout` after ``timeout`` (default: the pool's command
+        timeout), :class:`SSHError` when the host is gone or (with ``check``) the command
+        exits non-zero.
+        """
+        command = quote_command(argv, env)
+        return await self.run_shell(command, input=input, timeout=timeout, check=check, retry=retry)
+
+    async def run_shell(
+        self,
+        command: str,
+        *,
+        input: str | None = None,
+        timeout: float | None = None,
+        check: bool = False,
+        retry: bool = True,
+    ) -> CommandResult:
+        """Run a command line the caller has already quoted (a fixed script, say).
+
+        Only for text that holds no inventory or label values unquoted; prefer
+        :meth:`run`.
+        """
+        limit = self.pool.command_timeout if timeout is None else timeout
+        for attempt in (0, 1):
+            if self.closed:
+                await self.reconnect()
+            try:
+                proc = await asyncio.wait_for(
+                    self.conn.run(command, input=input, check=False), limit
+                )
+            except (asyncio.TimeoutError, TimeoutError):
+                raise CommandTimeout(self.host.name, f"command timed out after {limit:g} s: {_short(command)}") from None
+            except (asyncssh.ConnectionLost, asyncssh.DisconnectError, asyncssh.ChannelOpenError, BrokenPipeError, ConnectionError) as exc:
+                if attempt == 0 and retry:
+                    self.close()
+                    continue
+                raise SSHError(self.host.name, f"connection lost: {getattr(exc, 'reason', exc)}") from None
+            result = CommandResult(command, proc.exit_status, _text(proc.stdout), _text(proc.stderr))
+            if check and not result.ok:
+                tail = (result.stderr.strip().splitlines() or [""])[-1]
+                raise SSHError(self.host.name, f"{_short(command)} exited {result.exit_status}: {tail}")
+            return result
+        raise AssertionError("unreachable")
+
+    async def start(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None
+    ) -> asyncssh.SSHClientProcess:
+        """Start ``argv`` (quoted) as a long-lived process with text stdin/stdout pipes."""
+        if self.closed:
+            await self.reconnect()
+        return await self.conn.create_process(quote_command(argv, env), encoding="utf-8")
+
+    async def write_file(self, path: str, text: str, *, mode: str = "600") -> None:
+        """Write ``text`` to ``path`` on the host (relative paths are under $HOME)."""
+        parent = os.path.dirname(path) or "."
+        script = (
+            f"umask 077 && mkdir -p {shlex.quote(parent)} && cat > {shlex.quote(path)}.tmp.$$ "
+            f"&& chmod {shlex.quote(mode)} {shlex.quote(path)}.tmp.$$ && mv -f {shlex.quote(path)}.tmp.$$ {shlex.quote(path)}"
+        )
+        await self.run_shell(script, input=text, check=True)
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return str(value)
+
+
+def _short(command: str, limit: int = 80) -> str:
+    one = " ".join(command.split())
+    return one if len(one) <= limit else one[: limit - 3] + "..."
