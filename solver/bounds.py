@@ -1,0 +1,63 @@
+"""A valid lower bound on Comm for an instance, to report how far a placement may be.
+
+Every device ``d`` sits in one stage group with ``D_DP - 1`` peers, so
+``DataP >= max_d (sum of the D_DP - 1 smallest T_dp[d, d'], d' != d)``.
+
+Pipeline: each of the ``D_DP`` pipelines is a path of ``D_PP`` distinct devices, and each
+pipeline edge costs at least the largest of its links, hence at least their mean:
+``Pipeline / 2 = sum_s max_r link(r, s) >= (1 / D_DP) sum_r sum_s link(r, s)``. The
+pipelines together form a spanning forest of ``N - D_DP`` edges, which weighs at least
+the minimum spanning forest with ``D_DP`` trees (Kruskal's first ``N - D_DP`` edges).
+Also, every edge costs at least the smallest link, and the edge holding the device
+whose nearest neighbour is farthest costs at least that distance:
+``Pipeline / 2 >= max(forest / D_DP, nearest_max + (D_PP - 2) * min_link)``.
+
+DataP and Pipeline are bounded separately, so ``Comm >= bound_DataP + bound_Pipeline``.
+O(N^2 log N) (sorting the rows and the edges).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.sparse.csgraph import minimum_spanning_tree
+
+from solver.cost import CostModel
+
+
+@dataclass(frozen=True)
+class Bound:
+    value: float
+    data_p: float
+    pipeline: float
+
+
+def _forest_weight(t: np.ndarray, trees: int) -> float:
+    """Weight of the minimum spanning forest with ``trees`` components (zeros made tiny)."""
+    n = t.shape[0]
+    if n - trees <= 0:
+        return 0.0
+    w = np.where(t > 0, t, np.finfo(float).tiny)
+    np.fill_diagonal(w, 0.0)
+    mst = minimum_spanning_tree(w).data
+    mst.sort()
+    # Kruskal stops after n - trees edges; an MST's lightest n - trees edges are exactly those.
+    return float(mst[: n - trees].sum())
+
+
+def lower_bound(model: CostModel) -> Bound:
+    """A lower bound on Comm over every placement of ``model``'s instance."""
+    w = model.workload
+    n = model.n
+    off = ~np.eye(n, dtype=bool)
+    dp_rows = np.sort(model.t_dp[off].reshape(n, n - 1), axis=1) if n > 1 else np.zeros((n, 0))
+    data_p = float(dp_rows[:, : w.d_dp - 1].sum(axis=1).max()) if w.d_dp > 1 else 0.0
+    pipeline = 0.0
+    if w.d_pp > 1:
+        links = model.t_pp[off].reshape(n, n - 1)
+        nearest = links.min(axis=1)
+        per_edge = float(nearest.max()) + (w.d_pp - 2) * float(nearest.min())
+        forest = _forest_weight(model.t_pp, w.d_dp) / w.d_dp
+        pipeline = 2.0 * max(per_edge, forest)
+    return Bound(value=data_p + pipeline, data_p=data_p, pipeline=pipeline)

@@ -1,0 +1,185 @@
+"""Minimum open Hamiltonian path over stage groups (the pipeline order).
+
+Problem
+-------
+Given a symmetric ``k x k`` matrix ``E`` of pipeline-edge costs between stage groups,
+find an ordering ``s_0, ..., s_{k-1}`` minimising ``sum_t E[s_t, s_{t+1}]`` with free
+end points (an open-loop travelling salesperson path).
+
+``held_karp_path`` is exact (dynamic programming over subsets); ``approximate_path`` is a
+multi-start nearest-neighbour construction improved by 2-opt and Or-opt moves, for
+``k > HELD_KARP_MAX``. ``best_path`` picks between them.
+
+Notes
+-----
+Held-Karp: ``D[S, j] = min_{i in S - {j}} D[S - {j}, i] + E[i, j]`` with
+``D[{j}, j] = 0``; answer ``min_j D[all, j]``. O(2^k k^2) time, O(2^k k) memory, evaluated
+one subset size at a time as a vectorised gather (pull form), so there is no Python loop
+over subsets. k = 16 takes tens of milliseconds.
+
+Approximate: O(k^3) per start for 2-opt sweeps; validated against Held-Karp for every
+k <= 12 in the tests and the ``path_gap`` benchmark.
+
+References
+----------
+Held, M. and Karp, R. "A dynamic programming approach to sequencing problems." J. SIAM
+10(1), 1962.  Lin, S. "Computer solutions of the traveling salesman problem." Bell Syst.
+Tech. J. 44, 1965 (2-opt).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: Largest stage count solved exactly; beyond it the state table grows past 2^16 x 16.
+HELD_KARP_MAX = 16
+
+
+def _check(cost: np.ndarray) -> np.ndarray:
+    c = np.asarray(cost, dtype=float)
+    if c.ndim != 2 or c.shape[0] != c.shape[1]:
+        raise ValueError(f"cost: must be a square matrix, got shape {c.shape}")
+    if not np.isfinite(c).all():
+        raise ValueError("cost: must be finite")
+    return c
+
+
+def path_length(cost: np.ndarray, path: list[int]) -> float:
+    """``sum_t cost[path[t], path[t+1]]``."""
+    c = np.asarray(cost, dtype=float)
+    p = np.asarray(path, dtype=int)
+    return float(c[p[:-1], p[1:]].sum()) if len(p) > 1 else 0.0
+
+
+def held_karp_path(cost: np.ndarray) -> tuple[float, list[int]]:
+    """Exact minimum open Hamiltonian path for ``k <= HELD_KARP_MAX`` nodes.
+
+    Returns ``(length, path)``. Raises ValueError above the boundary.
+    """
+    c = _check(cost)
+    k = c.shape[0]
+    if k > HELD_KARP_MAX:
+        raise ValueError(
+            f"exact path solver handles at most {HELD_KARP_MAX} stages, got {k}; "
+            "use approximate_path"
+        )
+    if k <= 1:
+        return 0.0, list(range(k))
+    full = 1 << k
+    bits = 1 << np.arange(k)
+    table = np.full((full, k), np.inf)
+    parent = np.full((full, k), -1, dtype=np.int8)
+    table[bits, np.arange(k)] = 0.0
+    masks = np.arange(full)
+    popcount = np.zeros(full, dtype=np.int8)
+    for b in range(k):
+        popcount += (masks >> b) & 1
+    cost_t = c.T[None, :, :]  # [., j, i] = cost[i, j]
+    for size in range(2, k + 1):
+        layer = masks[popcount == size]
+        has = (layer[:, None] & bits[None, :]) != 0  # (m, j)
+        prev = np.where(has, layer[:, None] ^ bits[None, :], 0)  # S - {j}
+        cand = table[prev] + cost_t  # (m, j, i)
+        best_i = cand.argmin(axis=2)
+        best = np.take_along_axis(cand, best_i[:, :, None], axis=2)[:, :, 0]
+        best[~has] = np.inf
+        table[layer] = best
+        parent[layer] = best_i
+    last = int(table[full - 1].argmin())
+    length = float(table[full - 1, last])
+    path, mask = [last], full - 1
+    while len(path) < k:
+        prev_node = int(parent[mask, last])
+        mask ^= 1 << last
+        path.append(prev_node)
+        last = prev_node
+    path.reverse()
+    return length, path
+
+
+def _two_opt(c: np.ndarray, path: list[int]) -> list[int]:
+    """Reverse segments while that shortens the open path (first improvement)."""
+    p = np.array(path)
+    k = len(p)
+    improved = True
+    while improved:
+        improved = False
+        for i in range(k - 1):
+            # reversing p[i+1..j]: edges (p[i], p[i+1]) and (p[j], p[j+1]) change
+            a, b = p[i], p[i + 1]
+            js = np.arange(i + 1, k)
+            nxt = np.where(js + 1 < k, p[np.minimum(js + 1, k - 1)], -1)
+            old = c[a, b] + np.where(nxt >= 0, c[p[js], np.maximum(nxt, 0)], 0.0)
+            new = c[a, p[js]] + np.where(nxt >= 0, c[b, np.maximum(nxt, 0)], 0.0)
+            gain = old - new
+            j_best = int(gain.argmax())
+            if gain[j_best] > 1e-12 * max(1.0, old[j_best]):
+                j = int(js[j_best])
+                p[i + 1 : j + 1] = p[i + 1 : j + 1][::-1].copy()
+                improved = True
+        # a free start: reversing a prefix changes only one edge
+        for j in range(1, k - 1):
+            if c[p[0], p[j + 1]] + 1e-12 < c[p[j], p[j + 1]]:
+                p[: j + 1] = p[: j + 1][::-1].copy()
+                improved = True
+    return p.tolist()
+
+
+def _or_opt(c: np.ndarray, path: list[int]) -> list[int]:
+    """Move single nodes to their best position while that shortens the path."""
+    p = list(path)
+    improved = True
+    while improved:
+        improved = False
+        base = path_length(c, p)
+        for idx in range(len(p)):
+            node = p[idx]
+            rest = p[:idx] + p[idx + 1 :]
+            best_len, best_pos = base, None
+            for pos in range(len(rest) + 1):
+                cand = rest[:pos] + [node] + rest[pos:]
+                length = path_length(c, cand)
+                if length < best_len - 1e-12 * max(1.0, base):
+                    best_len, best_pos = length, pos
+            if best_pos is not None:
+                p = rest[:best_pos] + [node] + rest[best_pos:]
+                improved = True
+                break
+    return p
+
+
+def approximate_path(cost: np.ndarray, *, starts: int | None = None) -> tuple[float, list[int]]:
+    """Heuristic open Hamiltonian path for any ``k``.
+
+    Nearest-neighbour tours from ``starts`` start nodes (all by default, up to 32),
+    each improved by 2-opt then Or-opt; the shortest is returned.
+    """
+    c = _check(cost)
+    k = c.shape[0]
+    if k <= 2:
+        return path_length(c, list(range(k))), list(range(k))
+    n_starts = min(k, starts or 32)
+    best_len, best = np.inf, list(range(k))
+    for start in np.linspace(0, k - 1, n_starts).astype(int):
+        p, seen = [int(start)], np.zeros(k, dtype=bool)
+        seen[start] = True
+        for _ in range(k - 1):
+            row = np.where(seen, np.inf, c[p[-1]])
+            nxt = int(row.argmin())
+            p.append(nxt)
+            seen[nxt] = True
+        p = _or_opt(c, _two_opt(c, p))
+        length = path_length(c, p)
+        if length < best_len:
+            best_len, best = length, p
+    return float(best_len), best
+
+
+def best_path(cost: np.ndarray) -> tuple[float, list[int], bool]:
+    """``(length, path, exact)``: Held-Karp up to HELD_KARP_MAX stages, else approximate."""
+    k = np.asarray(cost).shape[0]
+    if k <= HELD_KARP_MAX:
+        length, path = held_karp_path(cost)
+        return length, path, True
+    length, path = approximate_path(cost)
+    return length, path, False

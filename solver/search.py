@@ -1,0 +1,252 @@
+"""Outer placement search: topology-derived seeds, swap local search, exact polishing.
+
+The balanced partition into stage groups is NP-hard (DT-FM); this search does not
+certify optimality, it reports a lower bound beside its answer instead (solver.bounds).
+
+1. Starts. For each device order (labels sorted, the leaf order of an average-linkage
+   clustering of ``T_pp``, and any ``seed_orders`` given), two layouts: pipelines on
+   consecutive devices (each pipeline stays local, each stage group spans the order)
+   and stage groups on consecutive devices (the transpose).
+2. Each start is *polished*: its stage groups get exact bottleneck matchings and the
+   best pipeline order (solver.cost.grid_for_partition), which never raises Comm; then
+   swap local search (solver.localsearch) runs to a local optimum, polishing again until
+   neither improves.
+3. ``restarts`` times, the best grid is perturbed by random swaps and re-optimised
+   (iterated local search); a better result replaces it.
+
+``budget`` caps scored swaps over the whole run (``nfev``); ``time_limit`` caps wall time
+(then results depend on machine speed). With neither hit, output is a pure function of
+the instance, ``seed`` and options. Cost per local-search batch is O(N D_DP).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+from scipy.cluster.hierarchy import leaves_list, linkage
+from scipy.spatial.distance import squareform
+
+from solver.cost import CostModel, Score, rank_map_from_grid
+from solver.localsearch import GridState, local_search
+
+#: Result status codes (``PlacementResult.status``).
+CONVERGED, BUDGET, TIME_LIMIT, CANCELLED = 0, 1, 2, 3
+_MESSAGES = {
+    CONVERGED: "search converged (no improving swap after every restart)",
+    BUDGET: "evaluation budget used up",
+    TIME_LIMIT: "time limit reached; best placement so far",
+    CANCELLED: "cancelled by the caller; best placement so far",
+}
+
+
+@dataclass(eq=False)
+class SolveProgress:
+    """What the callback sees: the best Comm so far and how much work went in."""
+
+    fun: float
+    nit: int
+    nfev: int
+    elapsed_s: float
+    phase: str
+    restart: int
+    budget: int
+
+
+@dataclass(eq=False)
+class PlacementResult:
+    """Outcome of ``solve`` (field names follow scipy.optimize.OptimizeResult)."""
+
+    x: np.ndarray  #: rank map: ``x[i]`` is the global rank of device i
+    fun: float  #: Comm of ``x`` in seconds, recomputed from scratch
+    score: Score
+    status: int
+    message: str
+    nit: int  #: improving moves accepted (swaps and polishes)
+    nfev: int  #: swaps scored
+    elapsed_s: float
+    seed: int
+    budget: int
+    restarts: int
+    start: str  #: the start that led to the best placement
+    exact_path: bool  #: pipeline order solved exactly (D_PP <= 16)
+    history: list[tuple[float, float]] = field(default_factory=list)  #: (elapsed, best)
+
+
+def default_budget(n: int) -> int:
+    """Swaps scored when no budget is given: grows with the instance, ~seconds at 64."""
+    return int(min(max(40 * n * n, 200_000), 400_000_000))
+
+
+def _orders(model: CostModel, extra: Sequence[Sequence[int]] | None) -> list[tuple[str, np.ndarray]]:
+    n = model.n
+    orders = []
+    if len(set(model.labels)) > 1:
+        orders.append(("labels", np.argsort(np.asarray(model.labels), kind="stable")))
+    if n > 2:
+        tree = linkage(squareform(model.t_pp, checks=False), method="average")
+        orders.append(("clustering", leaves_list(tree)))
+    for i, order in enumerate(extra or ()):
+        o = np.asarray(order, dtype=int)
+        if sorted(o.tolist()) != list(range(n)):
+            raise ValueError(f"seed_orders[{i}]: not a permutation of the {n} devices")
+        orders.append((f"order {i}", o))
+    if not orders:
+        orders.append(("identity", np.arange(n)))
+    return orders
+
+
+def _starts(model: CostModel, extra) -> list[tuple[str, np.ndarray]]:
+    r, p = model.workload.d_dp, model.workload.d_pp
+    starts = []
+    for name, o in _orders(model, extra):
+        starts.append((f"{name}: pipelines local", o.reshape(r, p)))
+        starts.append((f"{name}: stage groups local", o.reshape(p, r).T))
+    return starts
+
+
+class _Run:
+    """Book-keeping shared by every phase: best so far, budget, clock, callback."""
+
+    def __init__(self, model, budget, time_limit, callback):
+        self.model, self.budget, self.time_limit, self.callback = model, budget, time_limit, callback
+        self.t0 = time.perf_counter()
+        self.nfev = self.nit = 0
+        self.best: np.ndarray | None = None
+        self.best_score = np.inf
+        self.best_start = ""
+        self.exact_path = True
+        self.history: list[tuple[float, float]] = []
+        self.status = CONVERGED
+        self.phase, self.restart = "seeds", 0
+        self._last_report = -1.0
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def offer(self, grid: np.ndarray, score: float, start: str) -> None:
+        if score < self.best_score - 1e-12 * max(1.0, abs(score)):
+            self.best, self.best_score, self.best_start = grid.copy(), score, start
+            self.history.append((self.elapsed(), score))
+            self.report(force=True)
+
+    def report(self, force: bool = False) -> None:
+        now = self.elapsed()
+        if self.callback is None or (not force and now - self._last_report < 0.1):
+            return
+        self._last_report = now
+        progress = SolveProgress(self.best_score, self.nit, self.nfev, now, self.phase,
+                                 self.restart, self.budget)
+        try:
+            self.callback(progress)
+        except StopIteration:
+            self.status = CANCELLED
+
+    def should_stop(self) -> bool:
+        if self.status == CANCELLED:
+            return True
+        if self.time_limit is not None and self.elapsed() >= self.time_limit:
+            self.status = TIME_LIMIT
+            return True
+        if self.nfev >= self.budget:
+            self.status = BUDGET
+            return True
+        self.report()
+        return self.status == CANCELLED
+
+    def polish(self, grid: np.ndarray) -> np.ndarray:
+        polished, exact = self.model.grid_for_partition(self.model.partition_of(grid))
+        self.exact_path = self.exact_path and exact
+        return polished
+
+    def descend(self, grid: np.ndarray, rng: np.random.Generator, start: str) -> np.ndarray:
+        """Polish, then alternate local search and polishing until neither improves."""
+        grid = self.polish(grid)
+        state = GridState(self.model, grid)
+        self.offer(state.grid, state.score, start)
+        while not self.should_stop():
+            moves, evals = local_search(
+                state, rng, max_evals=self.budget - self.nfev, should_stop=self.should_stop
+            )
+            self.nfev += evals
+            self.nit += moves
+            self.offer(state.grid, state.score, start)
+            polished = self.polish(state.grid)
+            polished_state = GridState(self.model, polished)
+            if polished_state.score < state.score - 1e-12 * max(1.0, state.score):
+                self.nit += 1
+                state = polished_state
+                self.offer(state.grid, state.score, start)
+            else:  # local search ended at a local optimum that polishing cannot improve
+                break
+        return state.grid
+
+
+def solve(
+    model: CostModel,
+    *,
+    seed: int = 0,
+    budget: int | None = None,
+    restarts: int = 4,
+    time_limit: float | None = None,
+    callback: Callable[[SolveProgress], None] | None = None,
+    seed_orders: Sequence[Sequence[int]] | None = None,
+) -> PlacementResult:
+    """Search for a placement minimising Comm.
+
+    Parameters
+    ----------
+    model : CostModel of the instance.
+    seed : random seed; equal inputs and seed give equal output (unless time-limited).
+    budget : most swaps to score (default ``default_budget(N)``).
+    restarts : perturbation restarts after the topology seeds.
+    time_limit : wall-clock seconds; the best placement so far is returned.
+    callback : called with a SolveProgress at most every 0.1 s and on each improvement;
+        raising StopIteration stops the search and returns the best so far.
+    seed_orders : extra device orders to derive starting layouts from.
+    """
+    if budget is not None and budget < 0:
+        raise ValueError(f"budget: must be >= 0, got {budget}")
+    if restarts < 0:
+        raise ValueError(f"restarts: must be >= 0, got {restarts}")
+    if time_limit is not None and not time_limit > 0:
+        raise ValueError(f"time_limit: must be > 0 seconds, got {time_limit}")
+    run = _Run(model, default_budget(model.n) if budget is None else int(budget), time_limit, callback)
+    rng = np.random.default_rng(seed)
+    for name, grid in _starts(model, seed_orders):
+        if run.best is not None and run.should_stop():
+            break
+        run.descend(grid, rng, name)
+    run.phase = "restarts"
+    swaps = max(2, model.n // 16)
+    for k in range(restarts):
+        if run.should_stop():
+            break
+        run.restart = k + 1
+        grid = run.best.copy()
+        flat = grid.ravel()
+        for _ in range(swaps):
+            i, j = rng.choice(model.n, size=2, replace=False)
+            flat[i], flat[j] = flat[j], flat[i]
+        run.descend(grid, rng, f"restart {k + 1}")
+    score = model.score_grid(run.best)
+    run.phase = "done"
+    run.report(force=True) if run.status != CANCELLED else None
+    return PlacementResult(
+        x=rank_map_from_grid(run.best),
+        fun=score.comm,
+        score=score,
+        status=run.status,
+        message=_MESSAGES[run.status],
+        nit=run.nit,
+        nfev=run.nfev,
+        elapsed_s=run.elapsed(),
+        seed=seed,
+        budget=run.budget,
+        restarts=restarts,
+        start=run.best_start,
+        exact_path=run.exact_path,
+        history=run.history,
+    )
