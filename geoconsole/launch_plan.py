@@ -20,6 +20,10 @@ several GPUs:
   match); ``GLOO_SOCKET_IFNAME`` is set when the job uses gloo (gloo binds 127.0.0.1
   without it on hosts whose hostname resolves to loopback).
 
+Every process also gets ``GEOCONSOLE_HOST_ADDR`` (its host's data address, for programs
+that bind a gloo device to an explicit address) and ``PYTHONUNBUFFERED=1`` (so output
+streams line by line).
+
 sshd drops environment variables sent over the channel, so the environment is part of
 the command line; every value is quoted with :func:`shlex.quote`.
 """
@@ -283,6 +287,8 @@ def build_plan(
         local = local_counter.get(d.host, 0)
         local_counter[d.host] = local + 1
         proc_env = _process_env(mode, backend, ranks[i], n, d.gpu, iface, master_addr, port)
+        proc_env["GEOCONSOLE_HOST_ADDR"] = h.rendezvous_address
+        proc_env["PYTHONUNBUFFERED"] = "1"
         proc_env.update(env)
         argv = _process_argv(mode, h, ranks[i], n, master_addr, port, command, torchrun)
         processes.append(
