@@ -1,0 +1,270 @@
+"""Console session state: fabric, workload, labels, solutions; saved as one JSON file.
+
+The session is plain data (no textual): the app holds one and the screens read it.
+Labels live on the fabric's devices (region, zone, network group per row), so the
+fabric JSON inside a session is the labelled fabric. A solution remembers the digest of
+the fabric and labels it was solved on; it is *stale* when either has changed since,
+computed on demand rather than stored as a flag that could fall out of step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from solver.fabric import Device, Fabric, FabricError, fabric_from_json, write_atomic
+from solver.workload import Workload
+
+SESSION_FORMAT = "geoconsole-session/1"
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def iso(clock: Clock) -> str:
+    return clock().astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class SessionError(ValueError):
+    """A session file is malformed; the message is one line naming the file and field."""
+
+
+@dataclass(eq=False)
+class Solution:
+    """One placement: the rank map and what it was computed from.
+
+    ``rank_map[i]`` is the global rank of fabric row ``i``; ``fun`` the Comm seconds.
+    ``baselines`` maps a distribution name to its sampled values (seconds).
+    """
+
+    name: str
+    rank_map: np.ndarray
+    fun: float
+    workload: Workload
+    digest: str
+    created_at: str
+    bound: float | None = None
+    status: str = ""
+    message: str = ""
+    seed: int | None = None
+    nit: int = 0
+    nfev: int = 0
+    elapsed_s: float = 0.0
+    history: list[tuple[float, float]] = field(default_factory=list)
+    baselines: dict[str, list[float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.rank_map = np.asarray(self.rank_map, dtype=int)
+
+    def rank_map_text(self) -> str:
+        """The ``rank_map=(...)`` form other launchers take."""
+        return "rank_map=(" + ",".join(str(int(r)) for r in self.rank_map) + ")"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "rank_map": [int(r) for r in self.rank_map],
+            "fun": self.fun,
+            "workload": self.workload.to_json(),
+            "digest": self.digest,
+            "created_at": self.created_at,
+            "bound": self.bound,
+            "status": self.status,
+            "message": self.message,
+            "seed": self.seed,
+            "nit": self.nit,
+            "nfev": self.nfev,
+            "elapsed_s": self.elapsed_s,
+            "history": [[t, v] for t, v in self.history],
+            "baselines": self.baselines,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> "Solution":
+        if not isinstance(doc, dict):
+            raise SessionError(f"{where}: expected an object")
+        try:
+            workload = Workload(**doc["workload"])
+            rank_map = np.asarray(doc["rank_map"], dtype=int)
+            return cls(
+                name=str(doc["name"]),
+                rank_map=rank_map,
+                fun=float(doc["fun"]),
+                workload=workload,
+                digest=str(doc["digest"]),
+                created_at=str(doc["created_at"]),
+                bound=None if doc.get("bound") is None else float(doc["bound"]),
+                status=str(doc.get("status", "")),
+                message=str(doc.get("message", "")),
+                seed=doc.get("seed"),
+                nit=int(doc.get("nit", 0)),
+                nfev=int(doc.get("nfev", 0)),
+                elapsed_s=float(doc.get("elapsed_s", 0.0)),
+                history=[(float(t), float(v)) for t, v in doc.get("history", [])],
+                baselines={str(k): [float(x) for x in v] for k, v in doc.get("baselines", {}).items()},
+            )
+        except KeyError as exc:
+            raise SessionError(f"{where}: missing field {exc.args[0]!r}") from None
+        except (TypeError, ValueError) as exc:
+            raise SessionError(f"{where}: {' '.join(str(exc).split())}") from None
+
+
+def fabric_digest(fabric: Fabric) -> str:
+    """Hash of what a score depends on plus the labels a review shows."""
+    h = hashlib.sha256(fabric.sha256().encode())
+    if fabric.devices is not None:
+        h.update(json.dumps([d.to_json() for d in fabric.devices], sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+@dataclass(eq=False)
+class Session:
+    """Everything the console works on. ``fabric`` is None until a fleet is measured."""
+
+    fabric: Fabric | None
+    workload: Workload
+    inventory: str | None = None
+    solutions: list[Solution] = field(default_factory=list)
+    path: Path | None = None
+    name: str = "session"
+    #: known_hosts file for SSH (None: ~/.ssh/known_hosts).
+    known_hosts: str | None = None
+
+    # -- solutions ---------------------------------------------------------------
+    @property
+    def current(self) -> Solution | None:
+        return self.solutions[-1] if self.solutions else None
+
+    @property
+    def previous(self) -> Solution | None:
+        return self.solutions[-2] if len(self.solutions) > 1 else None
+
+    def digest(self) -> str:
+        return "" if self.fabric is None else fabric_digest(self.fabric)
+
+    def is_stale(self, solution: Solution | None) -> bool:
+        """True when the fabric or its labels changed since ``solution`` was computed."""
+        return solution is not None and solution.digest != self.digest()
+
+    def add_solution(self, solution: Solution) -> None:
+        self.solutions.append(solution)
+
+    # -- labels ------------------------------------------------------------------
+    def devices(self) -> tuple[Device, ...]:
+        """The fabric's devices; rows without device records get ``#i`` hosts."""
+        if self.fabric is None:
+            return ()
+        if self.fabric.devices is not None:
+            return self.fabric.devices
+        return tuple(Device(host=f"#{i}", region=lab or None) for i, lab in enumerate(self.fabric.labels))
+
+    def set_devices(self, devices: tuple[Device, ...]) -> None:
+        """Replace the rows' labels (same order and length); fabric labels follow regions."""
+        if self.fabric is None:
+            raise ValueError("no fabric to label")
+        if len(devices) != self.fabric.n:
+            raise ValueError(f"{len(devices)} devices for a fabric of {self.fabric.n}")
+        labels = tuple(d.region or old for d, old in zip(devices, self.fabric.labels))
+        self.fabric = replace(self.fabric, devices=tuple(devices), labels=labels)
+
+    # -- persistence -------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": SESSION_FORMAT,
+            "name": self.name,
+            "inventory": self.inventory,
+            "known_hosts": self.known_hosts,
+            "workload": self.workload.to_json(),
+            "fabric": None if self.fabric is None else self.fabric.to_json(),
+            "fabric_source": None if self.fabric is None else self.fabric.source,
+            "solutions": [s.to_json() for s in self.solutions],
+        }
+
+    def save(self, path: str | Path) -> Path:
+        """Write the session JSON atomically; returns the path written."""
+        path = Path(path)
+        text = json.dumps(self.to_json(), indent=1, allow_nan=False, default=_json_default) + "\n"
+        write_atomic(path, text)
+        self.path = path
+        return path
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        v = float(value)
+        return v if math.isfinite(v) else None
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+def session_from_json(doc: Any, source: str) -> Session:
+    if not isinstance(doc, dict):
+        raise SessionError(f"{source}: expected a JSON object")
+    if doc.get("format") != SESSION_FORMAT:
+        raise SessionError(f"{source}: format: expected {SESSION_FORMAT!r}, got {doc.get('format')!r}")
+    try:
+        workload = Workload(**doc["workload"])
+    except KeyError:
+        raise SessionError(f"{source}: missing field 'workload'") from None
+    except (TypeError, ValueError) as exc:
+        raise SessionError(f"{source}: workload: {exc}") from None
+    fabric = None
+    if doc.get("fabric") is not None:
+        try:
+            fabric = fabric_from_json(doc["fabric"], doc.get("fabric_source") or f"{source}#fabric")
+        except FabricError as exc:
+            raise SessionError(f"{source}: fabric: {exc}") from None
+    raw = doc.get("solutions") or []
+    if not isinstance(raw, list):
+        raise SessionError(f"{source}: solutions: expected a list")
+    solutions = [Solution.from_json(s, f"{source}: solutions[{i}]") for i, s in enumerate(raw)]
+    for i, s in enumerate(solutions):
+        if fabric is not None and len(s.rank_map) != fabric.n:
+            raise SessionError(f"{source}: solutions[{i}].rank_map: {len(s.rank_map)} entries for {fabric.n} devices")
+    inventory = doc.get("inventory")
+    return Session(
+        fabric=fabric,
+        workload=workload,
+        inventory=None if inventory is None else str(inventory),
+        solutions=solutions,
+        path=Path(source),
+        name=str(doc.get("name") or "session"),
+        known_hosts=None if doc.get("known_hosts") is None else str(doc["known_hosts"]),
+    )
+
+
+def load_session(path: str | Path) -> Session:
+    """Read a saved session; raises SessionError with a one-line message."""
+    src = str(path)
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise SessionError(f"{src}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SessionError(f"{src}: cannot read: {exc}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SessionError(f"{src}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    return session_from_json(doc, src)
+
+
+def demo_session(name: str = "worldwide") -> Session:
+    """A session on one of the built-in demo fabrics."""
+    from geoconsole.demo_fabrics import DEMOS
+
+    if name not in DEMOS:
+        raise SessionError(f"demo: unknown demo {name!r} (choose from {', '.join(DEMOS)})")
+    make, workload = DEMOS[name]
+    return Session(fabric=make(), workload=workload, name=f"demo {name}")

@@ -1,0 +1,64 @@
+"""Small modal dialogs reused by several screens: ask for a path, confirm an action."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+
+class PathDialog(ModalScreen[str | None]):
+    """Ask for a file path; dismisses with the path, or None when cancelled."""
+
+    DEFAULT_CSS = """
+    PathDialog { align: center middle; }
+    PathDialog > Vertical { width: 70; height: auto; border: round $accent; padding: 0 1; background: $surface; }
+    """
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, title: str, default: str = "") -> None:
+        super().__init__()
+        self.title_text = title
+        self.default = default
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(self.title_text)
+            yield Input(self.default, id="path")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class ConfirmDialog(ModalScreen[bool]):
+    """Show ``body`` and ask yes or no; dismisses with True only on yes."""
+
+    DEFAULT_CSS = """
+    ConfirmDialog { align: center middle; }
+    ConfirmDialog > Vertical { width: 80; height: auto; border: round $warning; padding: 0 1; background: $surface; }
+    ConfirmDialog Horizontal { height: auto; align-horizontal: right; }
+    """
+    BINDINGS = [Binding("escape,n", "answer(False)", "No"), Binding("y", "answer(True)", "Yes")]
+
+    def __init__(self, title: str, body: str, yes: str = "Yes") -> None:
+        super().__init__()
+        self.title_text, self.body, self.yes = title, body, yes
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(self.title_text)
+            yield Static(self.body)
+            with Horizontal():
+                yield Button(self.yes, id="yes", variant="warning")
+                yield Button("No", id="no")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)

@@ -1,0 +1,230 @@
+"""Fleet screen: the hosts, their connection state, GPUs, versions, labels and last error.
+
+SSH work runs in async workers on the app's loop (asyncssh is asyncio-native), so the
+table updates live while hosts connect. An unknown host key is never accepted silently:
+the host shows "new host key" and ``k`` asks for confirmation with its fingerprint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.widgets import DataTable, Footer, Header, Static
+
+from geoconsole.session import Session
+from screens.base import ConsoleScreen
+from screens.dialogs import ConfirmDialog
+from solver.workload import DTFM_WORKLOAD
+
+STATE_STYLES = {
+    "connected": "green", "connecting": "yellow", "failed": "bold red",
+    "new host key": "bold magenta", "not connected": "dim", "demo": "cyan",
+}
+
+
+@dataclass
+class HostRow:
+    """What the table shows for one host."""
+
+    name: str
+    address: str
+    state: str = "not connected"
+    gpus: str = "-"
+    versions: str = "-"
+    labels: str = ""
+    error: str = ""
+    host: Any = None  # the inventory Host, when there is one
+    key_error: Any = None  # the HostKeyError waiting for a confirmation
+
+
+@dataclass(eq=False)
+class FleetState:
+    """Rows by host name, in inventory order."""
+
+    rows: dict[str, HostRow] = field(default_factory=dict)
+
+
+def session_for_inventory(path: Path) -> Session:
+    """A fresh session on an inventory: no fabric until a sweep measures one."""
+    from geoconsole.inventory import load_inventory
+
+    inv = load_inventory(path)  # InventoryError is a UserError: one line, exit code 2
+    return Session(fabric=None, workload=DTFM_WORKLOAD, inventory=str(path), name=f"fleet {path.name}")
+
+
+def _labels(obj: Any) -> str:
+    parts = [getattr(obj, k, None) for k in ("region", "zone", "network_group")]
+    return " / ".join(p or "-" for p in parts)
+
+
+class FleetScreen(ConsoleScreen):
+    """Hosts of the inventory (or of the demo fabric) and their state."""
+
+    BINDINGS = [
+        Binding("c", "connect_all", "Connect"),
+        Binding("r", "retry", "Retry host"),
+        Binding("k", "accept_key", "Accept key"),
+    ]
+    COMMANDS_ = (
+        ("Connect all hosts", "Open SSH to every inventory host and discover GPUs", "connect_all"),
+        ("Retry host", "Connect the selected host again", "retry"),
+        ("Accept new host key", "Show the selected host's fingerprint and accept it", "accept_key"),
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fleet = FleetState()
+        self._inventory_path: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="fleet-summary")
+        yield DataTable(id="fleet-table", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for label, key in (("host", "host"), ("address", "address"), ("state", "state"), ("GPUs", "gpus"),
+                           ("versions", "versions"), ("region / zone / group", "labels"), ("last error", "error")):
+            table.add_column(label, key=key)
+        super().on_mount()
+
+    def show_session(self) -> None:
+        s = self.session
+        if s.inventory != self._inventory_path or not self.fleet.rows:
+            self._inventory_path = s.inventory
+            self.fleet = FleetState(self._initial_rows(s))
+        self._redraw()
+
+    def _initial_rows(self, s: Session) -> dict[str, HostRow]:
+        rows: dict[str, HostRow] = {}
+        if s.inventory:
+            from geoconsole.inventory import InventoryError, load_inventory
+
+            try:
+                hosts = load_inventory(Path(s.inventory)).hosts
+            except InventoryError as exc:
+                self.notify(str(exc), severity="error")
+                hosts = ()
+            for h in hosts:
+                rows[h.name] = HostRow(h.name, f"{h.address}:{h.port}", labels=_labels(h), host=h)
+            return rows
+        for d in s.devices():
+            row = rows.setdefault(d.host, HostRow(d.host, d.host, state="demo", gpus="0", labels=_labels(d)))
+            row.gpus = str(int(row.gpus) + 1)
+        return rows
+
+    def _redraw(self) -> None:
+        table = self.query_one(DataTable)
+        cursor = table.cursor_row
+        table.clear()
+        for r in self.fleet.rows.values():
+            table.add_row(
+                r.name, r.address, Text(r.state, style=STATE_STYLES.get(r.state, "")), r.gpus,
+                r.versions, r.labels, Text(r.error, style="red"), key=r.name,
+            )
+        if self.fleet.rows:
+            table.move_cursor(row=min(cursor, len(self.fleet.rows) - 1))
+        states: dict[str, int] = {}
+        for r in self.fleet.rows.values():
+            states[r.state] = states.get(r.state, 0) + 1
+        where = f"inventory {self.session.inventory}" if self.session.inventory else "built-in demo fabric (no SSH)"
+        counts = ", ".join(f"{n} {state}" for state, n in states.items()) or "no hosts"
+        self.query_one("#fleet-summary", Static).update(f"{len(self.fleet.rows)} hosts from {where}: {counts}")
+
+    def _update(self, name: str, **changes: Any) -> None:
+        self.fleet.rows[name] = replace(self.fleet.rows[name], **changes)
+        self._redraw()
+
+    def _selected(self) -> HostRow | None:
+        if not self.fleet.rows:
+            return None
+        return list(self.fleet.rows.values())[self.query_one(DataTable).cursor_row]
+
+    # -- actions -----------------------------------------------------------------
+    def action_connect_all(self) -> None:
+        names = [r.name for r in self.fleet.rows.values() if r.host is not None]
+        if not names:
+            self.notify("the demo fabric has no hosts to connect: open with --inventory", severity="warning")
+            return
+        self.connect(names, accept_new=False)
+
+    def action_retry(self) -> None:
+        row = self._selected()
+        if row is None or row.host is None:
+            return
+        self.connect([row.name], accept_new=False)
+
+    def action_accept_key(self) -> None:
+        row = self._selected()
+        if row is None or row.key_error is None:
+            self.notify("the selected host has no new host key waiting", severity="warning")
+            return
+        e = row.key_error
+        body = (f"{row.name} ({row.address}) offers a host key not in known_hosts:\n\n"
+                f"  {e.algorithm}  {e.fingerprint}\n\nCompare it with the host's own key before accepting.")
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self.connect([row.name], accept_new=True)
+
+        self.app.push_screen(ConfirmDialog(f"Accept the host key of {row.name}?", body, yes="Accept"), answer)
+
+    # -- SSH (async worker on the app's loop) ----------------------------------------
+    @work(exclusive=False, exit_on_error=False, group="fleet", description="connect hosts")
+    async def connect(self, names: list[str], accept_new: bool) -> None:
+        from probes.ssh import SSHPool  # asyncssh: imported only when the fleet is used
+
+        known = getattr(self.session, "known_hosts", None)
+        options = {"accept_new": accept_new, "connect_timeout": 10}
+        if known:
+            options["known_hosts"] = known
+        pool = SSHPool(**options)
+        try:
+            await asyncio.gather(*(self._connect_one(pool, name) for name in names))
+        finally:
+            await pool.close()
+
+    async def _connect_one(self, pool: Any, name: str) -> None:
+        from probes.ssh import HostKeyError, SSHError
+
+        row = self.fleet.rows[name]
+        self._update(name, state="connecting", error="", key_error=None)
+        try:
+            ssh = await pool.session(row.host)
+            gpus, versions = await self._discover(ssh, row.host)
+        except HostKeyError as exc:
+            if exc.kind == "unknown":
+                self._update(name, state="new host key", error=f"unknown key {exc.fingerprint} (k: review)", key_error=exc)
+            else:
+                self._update(name, state="failed", error=" ".join(str(exc).split()))
+            return
+        except SSHError as exc:
+            self._update(name, state="failed", error=" ".join(str(exc).split()))
+            return
+        self._update(name, state="connected", gpus=gpus, versions=versions)
+
+    async def _discover(self, ssh: Any, host: Any) -> tuple[str, str]:
+        """GPU count and versions: probes.discovery when present, else two plain commands."""
+        try:
+            from probes import discovery
+        except ImportError:
+            discovery = None
+        if discovery is not None and hasattr(discovery, "discover_host"):
+            info = await discovery.discover_host(ssh, host)
+            gpus = getattr(info, "gpus", ())
+            versions = getattr(info, "versions", None) or {}
+            text = ", ".join(f"{k} {v}" for k, v in dict(versions).items()) or "-"
+            return (str(len(gpus)) if gpus else "CPU"), text
+        smi = await ssh.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], timeout=15)
+        gpus = str(len(smi.stdout.split())) if smi.ok and smi.stdout.strip() else "CPU"
+        py = await ssh.run([host.python, "-c", "import sys; print(sys.version.split()[0])"], timeout=15)
+        versions = f"python {py.stdout.strip()}" if py.ok else f"python: {py.stderr.strip()[:40]}"
+        return gpus, versions

@@ -1,0 +1,291 @@
+"""Fabric screen: the heatmap, its colour legend, the pair under the cursor, sweep progress."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.widgets import Footer, Header, ProgressBar, Static
+
+from screens.base import ConsoleScreen
+from screens.messages import SessionChanged
+from screens.heatmap_view import METRIC_TITLES, METRICS, PALETTE, SELF, UNMEASURED, Heatmap
+from solver.fabric import Fabric
+from solver.workload import Workload
+
+
+def _fmt(x: float, unit: str) -> str:
+    if not math.isfinite(x):
+        return "unmeasured"
+    return f"{x:.3g} {unit}"
+
+
+def _extra(fabric: Fabric, key: str, i: int, j: int) -> Any:
+    table = fabric.extras.get(key)
+    try:
+        return table[i][j]
+    except (TypeError, IndexError, KeyError):
+        return None
+
+
+def describe_pair(fabric: Fabric, workload: Workload, i: int, j: int) -> Text:
+    """What the operator needs about one directional pair, on three lines."""
+    name = fabric.device_name
+    text = Text()
+    text.append(f"{name(i)} ({fabric.labels[i]})", style="bold")
+    text.append("  ->  ")
+    text.append(f"{name(j)} ({fabric.labels[j]})\n", style="bold")
+    if i == j:
+        text.append("same device")
+        return text
+    a, b = fabric.alpha_ms, fabric.beta_gbps
+    t = fabric.transfer_s(workload.c_pp, workload.pp_messages)[i, j]
+    text.append(f"alpha {_fmt(a[i, j], 'ms')} (back {_fmt(a[j, i], 'ms')})   ")
+    text.append(f"beta {_fmt(b[i, j], 'Gbps')} (back {_fmt(b[j, i], 'Gbps')})   ")
+    text.append(f"T({workload.c_pp:g} GB, {workload.pp_messages:g} msg) {_fmt(t, 's')}\n")
+    r2 = _extra(fabric, "fit_r2", i, j)
+    flag = _extra(fabric, "fit_flag", i, j)
+    estimated = bool(_extra(fabric, "estimated", i, j))
+    measured = math.isfinite(a[i, j])
+    state = "estimated from labels" if estimated else ("measured" if measured else "not measured")
+    text.append(f"R² {r2:.4f}   " if isinstance(r2, (int, float)) else "R² -   ")
+    text.append(f"when {fabric.measured_at or '-'}   ")
+    text.append(state, style="yellow" if estimated else ("green" if measured else "red"))
+    if flag:
+        text.append(f"   {flag}", style="bold red")
+    return text
+
+
+def describe_blocks(fabric: Fabric, workload: Workload, rows: np.ndarray, cols: np.ndarray, names: tuple[str, str], level: str) -> Text:
+    """Summary of an aggregated cell: how many pairs, how many measured, the means."""
+    sub = np.ix_(rows, cols)
+    a = fabric.alpha_ms[sub]
+    b = fabric.beta_gbps[sub]
+    off = ~np.equal.outer(rows, cols)
+    measured = np.isfinite(a) & off
+    text = Text()
+    text.append(f"{level} {names[0]}", style="bold")
+    text.append("  ->  ")
+    text.append(f"{level} {names[1]}\n", style="bold")
+    pairs = int(off.sum())
+    text.append(f"{pairs} pairs, {int(measured.sum())} measured   ")
+    if measured.any():
+        t = fabric.transfer_s(workload.c_pp, workload.pp_messages)[sub]
+        text.append(f"mean alpha {a[measured].mean():.3g} ms   mean beta {b[measured].mean():.3g} Gbps   ")
+        text.append(f"mean T {t[measured].mean():.3g} s\n")
+    else:
+        text.append("\n")
+    text.append(f"when {fabric.measured_at or '-'}   (cells are means: too many devices for one character each)")
+    return text
+
+
+class ColourLegend(Static):
+    """The colour scale of the heatmap with its end values and units."""
+
+    DEFAULT_CSS = "ColourLegend { height: 1; }"
+
+    def show(self, metric: str, lo: float, hi: float, level: str) -> None:
+        text = Text(f"{METRIC_TITLES[metric]}  ")
+        ends = (hi, lo) if metric == "beta" else (lo, hi)
+        if math.isfinite(lo):
+            text.append(f"{ends[0]:.3g} ")
+            for colour in PALETTE:
+                text.append("██", style=colour)
+            text.append(f" {ends[1]:.3g}  (log scale, green = good)")
+        else:
+            text.append("no measured pairs")
+        text.append("   ")
+        text.append("██", style=UNMEASURED)
+        text.append(" unmeasured  ")
+        text.append("██", style=SELF)
+        text.append(" self  ")
+        text.append(f"cells: {level}")
+        self.update(text)
+
+
+class HeatmapScreen(ConsoleScreen):
+    """The measured fabric as a heatmap; the cursor shows one pair (or block) in detail."""
+
+    BINDINGS = [
+        Binding("a", "metric('alpha')", "Alpha"),
+        Binding("b", "metric('beta')", "Beta"),
+        Binding("t", "metric('transfer')", "Transfer"),
+        Binding("m", "cycle_metric", "Next metric", show=False),
+        Binding("s", "start_sweep", "Sweep"),
+        Binding("x", "cancel_sweep", "Cancel sweep"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sweep: Any = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="fabric-title", classes="title")
+        yield Heatmap(id="heatmap")
+        yield ColourLegend(id="legend")
+        yield Static(id="pair-details", classes="details")
+        yield ProgressBar(id="sweep-progress", show_eta=True, total=None)
+        yield Static("", id="sweep-status", classes="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#sweep-progress").display = False
+
+    def show_session(self) -> None:
+        s = self.session
+        heatmap = self.query_one(Heatmap)
+        heatmap.set_data(s.fabric, s.workload, s.devices())
+        self._title()
+
+    def _title(self) -> None:
+        s = self.session
+        heatmap = self.query_one(Heatmap)
+        if s.fabric is None:
+            self.query_one("#fabric-title", Static).update("No fabric: start a sweep (s) once the fleet is connected.")
+            return
+        missing = len(s.fabric.missing_pairs())
+        total = s.fabric.n * (s.fabric.n - 1) // 2
+        self.query_one("#fabric-title", Static).update(
+            f"Fabric {s.fabric.source}: {s.fabric.n} devices, {total - missing}/{total} pairs measured — "
+            f"{METRIC_TITLES[heatmap.metric]}"
+        )
+
+    def action_metric(self, metric: str) -> None:
+        self.query_one(Heatmap).metric = metric
+
+    def action_cycle_metric(self) -> None:
+        heatmap = self.query_one(Heatmap)
+        heatmap.metric = METRICS[(METRICS.index(heatmap.metric) + 1) % len(METRICS)]
+
+    def on_heatmap_cursor_moved(self, message: Heatmap.CursorMoved) -> None:
+        heatmap = message.heatmap
+        lay, fabric, workload = heatmap.layout_, heatmap.fabric, heatmap.workload
+        details = self.query_one("#pair-details", Static)
+        if lay is None or fabric is None or workload is None:
+            details.update("")
+            return
+        self.query_one(ColourLegend).show(heatmap.metric, lay.lo, lay.hi, lay.level)
+        self._title()
+        rows, cols = heatmap.cursor_rows()
+        r, c = heatmap.cursor
+        if lay.level == "device":
+            details.update(describe_pair(fabric, workload, int(rows[0]), int(cols[0])))
+        else:
+            details.update(describe_blocks(fabric, workload, rows, cols, (lay.names[r], lay.names[c]), lay.level))
+
+    # -- sweep (async worker on the app's loop: asyncssh is asyncio-native) -----------
+    def action_start_sweep(self) -> None:
+        s = self.session
+        if not s.inventory:
+            self.notify("the demo fabric has no fleet to sweep: open with --inventory hosts.toml", severity="warning")
+            return
+        if self.sweep is not None:
+            self.notify("a sweep is already running (x cancels it)", severity="warning")
+            return
+        self.run_sweep(s.inventory, s.known_hosts)
+
+    def action_cancel_sweep(self) -> None:
+        if self.sweep is None:
+            return
+        self.query_one("#sweep-status", Static).update("Cancelling the sweep: stopping remote workers...")
+        self.cancel_remote()
+
+    @work(exclusive=True, exit_on_error=False, group="sweep-cancel", description="cancel sweep")
+    async def cancel_remote(self) -> None:
+        if self.sweep is not None:
+            await self.sweep.cancel()
+
+    def worker_failed(self) -> None:
+        """Called by the app's worker-error handler for this screen's workers."""
+        self.sweep = None
+        self.query_one("#sweep-status", Static).update(Text("The sweep failed (see the notification).", style="bold red"))
+
+    @work(exclusive=True, exit_on_error=False, group="sweep", description="fabric sweep")
+    async def run_sweep(self, inventory: str, known_hosts: str | None) -> None:
+        from geoconsole.inventory import load_inventory
+        from probes.ssh import SSHPool
+        from probes.sweep import ProbeSettings, Sweep
+
+        hosts = load_inventory(inventory).hosts
+        pool_options = {"known_hosts": known_hosts} if known_hosts else {}
+        progress = self.query_one("#sweep-progress", ProgressBar)
+        progress.display = True
+        live = LiveSweep()
+        async with SSHPool(**pool_options) as pool:
+            self.sweep = Sweep(hosts, pool=pool, settings=ProbeSettings())
+            try:
+                async for event in self.sweep.events():
+                    self._on_sweep_event(live, event, progress)
+            finally:
+                self.sweep = None
+
+    def _on_sweep_event(self, live: "LiveSweep", event: Any, progress: ProgressBar) -> None:
+        kind = type(event).__name__
+        status = self.query_one("#sweep-status", Static)
+        if kind == "Discovered" or (live.fabric is None and getattr(self.sweep, "devices", None) and kind == "PairStarted"):
+            devices = tuple(getattr(event, "devices", None) or self.sweep.devices)
+            live.start(devices)
+            self.session.fabric = live.fabric
+            progress.update(total=live.total, progress=0)
+            self.query_one(Heatmap).set_data(live.fabric, self.session.workload, self.session.devices())
+        if kind == "PairStarted":
+            status.update(f"probing {event.src} <-> {event.dst} (round {event.round})")
+        elif kind == "PairMeasured" and live.fabric is not None:
+            live.measured(event)
+            progress.update(progress=live.done)
+            self.query_one(Heatmap).set_data(live.fabric, self.session.workload, self.session.devices())
+        elif kind == "PairFailed" and live.fabric is not None:
+            live.failed(event)
+            progress.update(progress=live.done)
+            status.update(Text(f"{event.src} <-> {event.dst}: {event.reason}", style="red"))
+        elif kind == "HostLost":
+            status.update(Text(f"host lost: {event.host}: {event.reason}", style="bold red"))
+            self.notify(f"{event.host}: {event.reason}", title="host lost", severity="error")
+        elif kind == "SweepDone":
+            self.session.fabric = event.fabric
+            words = "cancelled" if event.cancelled else "done"
+            status.update(f"sweep {words}: {event.measured} pairs measured, {event.failed} failed, {event.elapsed_s:.1f} s")
+            self.post_message(SessionChanged(f"sweep {words}"))
+
+
+class LiveSweep:
+    """The fabric being filled in while a sweep runs (NaN until each pair lands)."""
+
+    def __init__(self) -> None:
+        self.fabric: Fabric | None = None
+        self.total = 0
+        self.pairs: set[tuple[int, int]] = set()
+
+    @property
+    def done(self) -> int:
+        return len(self.pairs)
+
+    def start(self, devices: tuple) -> None:
+        n = len(devices)
+        nan = np.full((n, n), np.nan)
+        r2 = [[None] * n for _ in range(n)]
+        flag = [[None] * n for _ in range(n)]
+        labels = tuple(d.region or d.host for d in devices)
+        self.fabric = Fabric(nan.copy(), nan.copy(), labels, devices, None, {}, {"fit_r2": r2, "fit_flag": flag}, "sweep (live)")
+        self.total = n * (n - 1) // 2
+
+    def measured(self, ev: Any) -> None:
+        f = self.fabric
+        f.alpha_ms[ev.i, ev.j] = ev.alpha_ms
+        f.beta_gbps[ev.i, ev.j] = ev.beta_gbps
+        f.extras["fit_r2"][ev.i][ev.j] = ev.r2
+        f.extras["fit_flag"][ev.i][ev.j] = ev.flag
+        # A pair is done once both directions are in.
+        if np.isfinite(f.alpha_ms[ev.j, ev.i]):
+            self.pairs.add((min(ev.i, ev.j), max(ev.i, ev.j)))
+
+    def failed(self, ev: Any) -> None:
+        self.pairs.add((min(ev.i, ev.j), max(ev.i, ev.j)))
+        self.fabric.extras["fit_flag"][ev.i][ev.j] = f"failed: {ev.reason}"

@@ -1,0 +1,154 @@
+"""Labels screen: region, zone and network group per GPU, edited several rows at once."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.validation import ValidationResult, Validator
+from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Static
+
+from screens.adapters import LABEL_FIELDS, apply_labels, validate_label
+from screens.base import ConsoleScreen
+from screens.heatmap_view import row_order
+from screens.messages import SessionChanged
+from screens.widgets import StageLocality
+
+#: Typed into a field, clears that label on the marked rows (empty leaves it unchanged).
+CLEAR = "-"
+
+
+class LabelValidator(Validator):
+    def __init__(self, field: str) -> None:
+        super().__init__()
+        self.field = field
+
+    def validate(self, value: str) -> ValidationResult:
+        if value.strip() in ("", CLEAR):
+            return self.success()
+        why = validate_label(self.field, value)
+        return self.failure(why) if why else self.success()
+
+
+class LabelsScreen(ConsoleScreen):
+    """Mark rows, type labels, apply: the current solution goes stale at once."""
+
+    BINDINGS = [
+        Binding("space", "mark", "Mark row"),
+        Binding("h", "mark_host", "Mark host"),
+        Binding("u", "unmark", "Unmark all"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.marked: set[int] = set()
+        self.order: list[int] = []
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="labels-body"):
+            yield DataTable(id="labels-table", cursor_type="row", zebra_stripes=True)
+            with Vertical(id="labels-form"):
+                yield Label("Set on marked rows (empty: unchanged, '-': clear)")
+                for field in LABEL_FIELDS:
+                    yield Label(field.replace("_", " "))
+                    yield Input(placeholder=field, id=f"set-{field}", validators=[LabelValidator(field)], compact=True)
+                yield Static("", id="labels-error", classes="error")
+                yield Button("Apply to marked rows", id="apply", variant="primary", compact=True)
+                yield Static(id="labels-marked")
+                yield StageLocality(id="labels-locality")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns("", "host", "gpu", "region", "zone", "network group")
+        super().on_mount()
+
+    def show_session(self) -> None:
+        s = self.session
+        devices = s.devices()
+        table = self.query_one(DataTable)
+        cursor = table.cursor_row
+        table.clear()
+        self.order = row_order(devices, s.fabric.labels) if s.fabric is not None else []
+        for row in self.order:
+            d = devices[row]
+            table.add_row(
+                "●" if row in self.marked else " ",
+                d.host, "-" if d.gpu is None else str(d.gpu),
+                d.region or "", d.zone or "", d.network_group or "",
+                key=str(row),
+            )
+        if self.order:
+            table.move_cursor(row=min(cursor, len(self.order) - 1))
+        self.query_one("#labels-marked", Static).update(f"{len(self.marked)} rows marked")
+        sol = s.current
+        self.query_one(StageLocality).show(
+            None if sol is None else sol.rank_map,
+            sol.workload.d_pp if sol else 1,
+            devices,
+            s.is_stale(sol),
+        )
+
+    def _cursor_device_row(self) -> int | None:
+        table = self.query_one(DataTable)
+        if not self.order:
+            return None
+        return self.order[table.cursor_row]
+
+    def action_mark(self) -> None:
+        row = self._cursor_device_row()
+        if row is None:
+            return
+        self.marked ^= {row}
+        table = self.query_one(DataTable)
+        self.show_session()
+        table.move_cursor(row=min(table.cursor_row + 1, len(self.order) - 1))
+
+    def action_mark_host(self) -> None:
+        row = self._cursor_device_row()
+        if row is None:
+            return
+        devices = self.session.devices()
+        self.marked |= {i for i, d in enumerate(devices) if d.host == devices[row].host}
+        self.show_session()
+
+    def action_unmark(self) -> None:
+        self.marked.clear()
+        self.show_session()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "apply":
+            self.apply()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.apply()
+
+    def apply(self) -> None:
+        """Apply the form to the marked rows (the cursor row if none is marked)."""
+        error = self.query_one("#labels-error", Static)
+        changes: dict[str, str | None] = {}
+        for field in LABEL_FIELDS:
+            value = self.query_one(f"#set-{field}", Input).value.strip()
+            if value == CLEAR:
+                changes[field] = None
+            elif value:
+                why = validate_label(field, value)
+                if why:
+                    error.update(why)
+                    return
+                changes[field] = value
+        rows = sorted(self.marked) or ([self._cursor_device_row()] if self.order else [])
+        if not changes or not rows:
+            error.update("nothing to apply: type a value and mark rows")
+            return
+        s = self.session
+        try:
+            s.set_devices(apply_labels(s.devices(), rows, changes))
+        except ValueError as exc:
+            error.update(str(exc))
+            return
+        error.update("")
+        for field in LABEL_FIELDS:
+            self.query_one(f"#set-{field}", Input).value = ""
+        self.post_message(SessionChanged(f"labels set on {len(rows)} rows"))

@@ -1,0 +1,245 @@
+"""Rank-map review: the stage x replica grid, stage-group locality, pipeline edges, export."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Footer, Header, Static
+
+from geoconsole.session import Solution
+from screens.base import ConsoleScreen
+from screens.dialogs import PathDialog
+from screens.widgets import StageLocality, grid_rows, region_colours
+from solver.fabric import Device, write_atomic
+
+
+def short_names(devices: tuple[Device, ...]) -> list[str]:
+    """Host names, with ``:gpu`` only where a host has several devices."""
+    per_host: dict[str, int] = {}
+    for d in devices:
+        per_host[d.host] = per_host.get(d.host, 0) + 1
+    return [d.name if per_host[d.host] > 1 else d.host for d in devices]
+
+
+def parse_rank_map(text: str, n: int, source: str) -> np.ndarray:
+    """A rank map from JSON (``{"rank_map": [...]}`` or a list) or ``rank_map=(...)`` text."""
+    text = text.strip()
+    match = re.fullmatch(r"(?:rank_map\s*=\s*)?\(([\d\s,]*)\)", text)
+    try:
+        if match:
+            values = [int(x) for x in match.group(1).replace(",", " ").split()]
+        else:
+            doc = json.loads(text)
+            values = doc["rank_map"] if isinstance(doc, dict) else doc
+            values = [int(x) for x in values]
+    except (ValueError, KeyError, TypeError):
+        raise ValueError(f"{source}: expected JSON with a rank_map list, or rank_map=(...)") from None
+    if sorted(values) != list(range(n)):
+        raise ValueError(f"{source}: rank_map: must be a permutation of 0..{n - 1} ({len(values)} entries)")
+    return np.asarray(values, dtype=int)
+
+
+class RankMapScreen(ConsoleScreen):
+    """Review the current solution; compare it with the previous one or a loaded rank map."""
+
+    BINDINGS = [
+        Binding("d", "toggle_diff", "Diff"),
+        Binding("left_square_bracket", "edge(-1)", "Prev edge", key_display="["),
+        Binding("right_square_bracket", "edge(1)", "Next edge", key_display="]"),
+        Binding("e", "export", "Export"),
+        Binding("o", "open_rank_map", "Load rank map"),
+    ]
+    COMMANDS_ = (
+        ("Export rank map", "Write JSON and show rank_map=(...)", "export"),
+        ("Compare with a rank map file", "Load a rank map for the side-by-side diff", "open_rank_map"),
+        ("Toggle diff", "Side by side with the previous solution", "toggle_diff"),
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.diff = False
+        self.edge = 0
+        self.compare: Solution | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with VerticalScroll(id="rankmap-body"):
+            yield Static(id="rankmap-summary")
+            with Horizontal(id="rankmap-grids"):
+                yield Static(id="rankmap-grid")
+                yield Static(id="rankmap-other")
+            with Horizontal(id="rankmap-lists"):
+                yield StageLocality(id="rankmap-locality")
+                yield Static(id="rankmap-edges")
+        yield Footer()
+
+    def _other(self) -> Solution | None:
+        return self.compare or self.session.previous
+
+    def show_session(self) -> None:
+        s = self.session
+        sol = s.current
+        summary = self.query_one("#rankmap-summary", Static)
+        other_view = self.query_one("#rankmap-other", Static)
+        if sol is None or s.fabric is None:
+            summary.update("No solution yet: solve on the Solve screen (4).")
+            for wid in ("#rankmap-grid", "#rankmap-edges"):
+                self.query_one(wid, Static).update("")
+            other_view.display = False
+            self.query_one(StageLocality).show(None, 1, (), False)
+            return
+        from solver.cost import CostModel
+
+        devices = s.devices()
+        w = sol.workload
+        score = CostModel.from_fabric(s.fabric, w).score_rank_map(sol.rank_map)
+        self.edge = min(self.edge, max(w.d_pp - 2, 0))
+        stale = s.is_stale(sol)
+        summary.update(self._summary(sol, score, devices, stale))
+        hot = set(score.bottlenecks[self.edge]) if len(score.bottlenecks) else set()
+        other = self._other() if self.diff else None
+        if other is not None and len(other.rank_map) != len(sol.rank_map):
+            other = None
+        self.query_one("#rankmap-grid", Static).update(
+            self._grid(sol, devices, hot, None if other is None else other.rank_map, sol.name)
+        )
+        other_view.display = other is not None
+        if other is not None:
+            other_view.update(self._grid(other, devices, set(), sol.rank_map, other.name))
+        self.query_one(StageLocality).show(sol.rank_map, w.d_pp, devices, stale)
+        self.query_one("#rankmap-edges", Static).update(self._edges(score, devices))
+
+    def _summary(self, sol: Solution, score, devices, stale: bool) -> Text:
+        text = Text()
+        text.append(f"{sol.name}", style="bold")
+        text.append(f"  Comm {score.comm:.2f} s = DataP {score.data_p:.2f} s + Pipeline {score.pipeline:.2f} s")
+        if sol.bound is not None:
+            text.append(f"   lower bound {sol.bound:.2f} s")
+        medians = {k: float(np.median(v)) for k, v in sol.baselines.items() if v}
+        for name, median in medians.items():
+            text.append(f"   {name} median {median:.2f} s")
+        worst = score.worst_device
+        stage = int(sol.rank_map[worst]) % sol.workload.d_pp
+        text.append(f"\nDataP set by stage {stage}: worst device ")
+        text.append(f"{devices[worst].name}", style="bold red")
+        text.append(f" ({devices[worst].region or 'unlabelled'})")
+        if stale:
+            text.append("\nSTALE: labels or fabric changed since this solution; solve again.", style="bold yellow")
+        return text
+
+    def _grid(self, sol: Solution, devices, hot: set[int], against: np.ndarray | None, title: str) -> Table:
+        w = sol.workload
+        grid = grid_rows(sol.rank_map, w.d_pp, w.d_dp)
+        names = short_names(devices)
+        colours = region_colours(devices)
+        table = Table(title=title, title_justify="left", box=None, padding=(0, 1), show_edge=False)
+        table.add_column("", style="bold")
+        for stage in range(w.d_pp):
+            table.add_column(f"stage {stage}", no_wrap=True)
+        for replica in range(w.d_dp):
+            cells = []
+            for stage in range(w.d_pp):
+                row = int(grid[replica, stage])
+                style = colours[devices[row].region or "unlabelled"]
+                if row in hot:
+                    style += " reverse bold"
+                if against is not None and int(against[row]) != int(sol.rank_map[row]):
+                    style += " underline"
+                cells.append(Text(names[row], style=style))
+            table.add_row(f"replica {replica}", *cells)
+        return table
+
+    def _edges(self, score, devices) -> Text:
+        text = Text("Pipeline edges (bottleneck link of each)\n", style="bold")
+        edges = list(score.edge_s)
+        worst = int(np.argmax(edges)) if edges else -1
+        for e, (cost, pair) in enumerate(zip(edges, score.bottlenecks)):
+            a, b = (devices[int(x)].name for x in pair)
+            style = "reverse" if e == self.edge else ""
+            if e == worst:
+                style += " bold red"
+            text.append(f"stage {e}->{e + 1}: {cost:.3f} s  {a} <-> {b}\n", style=style.strip())
+        return text
+
+    # -- actions -----------------------------------------------------------------
+    def action_toggle_diff(self) -> None:
+        if self._other() is None:
+            self.notify("nothing to compare: solve twice or load a rank map (o)", severity="warning")
+            return
+        self.diff = not self.diff
+        self.show_session()
+
+    def action_edge(self, step: int) -> None:
+        sol = self.session.current
+        if sol is None or sol.workload.d_pp < 2:
+            return
+        self.edge = (self.edge + step) % (sol.workload.d_pp - 1)
+        self.show_session()
+
+    def action_export(self) -> None:
+        sol = self.session.current
+        if sol is None:
+            self.notify("no solution to export", severity="warning")
+            return
+
+        def write(path: str | None) -> None:
+            if not path:
+                return
+            try:
+                self.export(Path(path), sol)
+            except OSError as exc:
+                self.notify(f"{path}: cannot write: {exc.strerror or exc}", severity="error")
+                return
+            self.app.copy_to_clipboard(sol.rank_map_text())
+            self.notify(f"wrote {path}; {sol.rank_map_text()[:60]}... (copied)")
+
+        self.app.push_screen(PathDialog("Export rank map (JSON) to", "rank_map.json"), write)
+
+    def export(self, path: Path, sol: Solution) -> None:
+        s = self.session
+        doc = {
+            "rank_map": [int(r) for r in sol.rank_map],
+            "rank_map_text": sol.rank_map_text(),
+            "comm_s": sol.fun,
+            "workload": sol.workload.to_json(),
+            "fabric_sha256": None if s.fabric is None else s.fabric.sha256(),
+            "devices": [d.to_json() for d in s.devices()],
+            "solution": sol.name,
+            "created_at": sol.created_at,
+        }
+        write_atomic(path, json.dumps(doc, indent=1) + "\n")
+
+    def action_open_rank_map(self) -> None:
+        s = self.session
+        sol = s.current
+        if sol is None or s.fabric is None:
+            self.notify("solve first: a loaded rank map is compared with the current solution", severity="warning")
+            return
+
+        def load(path: str | None) -> None:
+            if not path:
+                return
+            try:
+                rank_map = parse_rank_map(Path(path).read_text(), s.fabric.n, path)
+            except OSError as exc:
+                self.notify(f"{path}: cannot read: {exc.strerror or exc}", severity="error")
+                return
+            except ValueError as exc:
+                self.notify(str(exc), severity="error")
+                return
+            from solver.cost import CostModel
+
+            fun = CostModel.from_fabric(s.fabric, sol.workload).score_rank_map(rank_map).comm
+            self.compare = Solution(f"loaded {Path(path).name}", rank_map, fun, sol.workload, s.digest(), sol.created_at)
+            self.diff = True
+            self.show_session()
+
+        self.app.push_screen(PathDialog("Compare with rank map file", "rank_map.json"), load)

@@ -1,0 +1,267 @@
+"""Solve screen: the workload form, the solver in a thread worker, the score falling live.
+
+The worker talks to the screen only through messages: :class:`SolveScreen.Progress`
+(throttled, and coalesced in the queue with ``can_replace``) and
+:class:`SolveScreen.Finished`. Cancelling sets an event the solver's callback checks; the
+callback raises ``StopIteration`` and ``solve`` returns the best placement so far.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.widgets import Button, Footer, Header, Sparkline, Static
+
+from geoconsole.session import Solution, iso
+from screens.base import ConsoleScreen
+from screens.messages import SessionChanged
+from screens.solve_widgets import Histogram, SolveOptions, WorkloadForm
+from solver.fabric import Fabric
+
+#: Seconds between progress messages; the solver may call back far more often.
+PROGRESS_INTERVAL_S = 0.1
+
+
+def baseline_samples(n: int) -> int:
+    """Random placements to sample: the spec's 200 on small fabrics, fewer on huge ones."""
+    return 200 if n <= 128 else 40 if n <= 512 else 10
+
+
+def seed_orders(fabric: Fabric) -> list[list[int]]:
+    """Device orders by label level, from which the solver builds topology seeds."""
+    devices = fabric.devices
+    if devices is None:
+        return []
+    keys = (
+        lambda d: (d.region or "", d.host, d.gpu or 0),
+        lambda d: (d.region or "", d.zone or "", d.host, d.gpu or 0),
+        lambda d: (d.region or "", d.zone or "", d.network_group or "", d.host, d.gpu or 0),
+        lambda d: (d.host, d.gpu or 0),
+    )
+    orders = []
+    for key in keys:
+        order = sorted(range(fabric.n), key=lambda i: key(devices[i]))
+        if order not in orders:
+            orders.append(order)
+    return orders
+
+
+class SolveScreen(ConsoleScreen):
+    """Set the workload, solve, watch the best Comm fall toward the lower bound."""
+
+    AUTO_FOCUS = "#solve-run"
+
+    BINDINGS = [
+        Binding("ctrl+r", "solve", "Solve"),
+        Binding("escape", "cancel", "Cancel"),
+        Binding("r", "review", "Review"),
+    ]
+    COMMANDS_ = (
+        ("Solve placement", "Run the solver with the form's workload", "solve"),
+        ("Cancel solve", "Stop the solver and keep the best so far", "cancel"),
+    )
+
+    class Progress(Message):
+        """The best Comm so far (posted from the solver thread)."""
+
+        def __init__(self, fun: float, nit: int, nfev: int, elapsed_s: float, phase: str) -> None:
+            super().__init__()
+            self.fun, self.nit, self.nfev, self.elapsed_s, self.phase = fun, nit, nfev, elapsed_s, phase
+
+        def can_replace(self, message: Message) -> bool:
+            return isinstance(message, SolveScreen.Progress)
+
+    class Started(Message):
+        """The lower bound is known and the search begins."""
+
+        def __init__(self, bound: float) -> None:
+            super().__init__()
+            self.bound = bound
+
+    class Finished(Message):
+        """The solver returned (done, budget, time limit or cancelled)."""
+
+        def __init__(self, result: Any, bound: float, baselines: dict[str, list[float]], options: SolveOptions, digest: str) -> None:
+            super().__init__()
+            self.result, self.bound, self.baselines, self.options, self.digest = result, bound, baselines, options, digest
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._cancel = threading.Event()
+        self.running = False
+        self.history: list[float] = []
+        self.bound: float | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="solve-body"):
+            with VerticalScroll(id="solve-form-pane"):
+                yield WorkloadForm(id="solve-form")
+                yield Static("", id="solve-error", classes="error")
+                with Horizontal(id="solve-buttons"):
+                    yield Button("Solve", id="solve-run", variant="primary", compact=True)
+                    yield Button("Cancel", id="solve-cancel", variant="error", disabled=True, compact=True)
+            with Vertical(id="solve-live"):
+                yield Static("Ready: press Solve (ctrl+r).", id="solve-status")
+                yield Sparkline([], id="solve-sparkline")
+                yield Static("", id="solve-axis")
+                yield Histogram(id="solve-histogram")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one(WorkloadForm).fill(self.session.workload)
+
+    def show_session(self) -> None:
+        if not self.running:
+            sol = self.session.current
+            if sol is not None:
+                self._show_solution(sol)
+
+    # -- actions -----------------------------------------------------------------
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "solve-run":
+            self.action_solve()
+        elif event.button.id == "solve-cancel":
+            self.action_cancel()
+
+    def on_input_submitted(self) -> None:
+        self.action_solve()
+
+    def action_solve(self) -> None:
+        if self.running:
+            return
+        from solver.cost import CostModel
+
+        error = self.query_one("#solve-error", Static)
+        fabric = self.session.fabric
+        if fabric is None:
+            error.update("no fabric: measure the fleet first (Fabric screen, s)")
+            return
+        try:
+            options = self.query_one(WorkloadForm).read(fabric.n)
+            model = CostModel.from_fabric(fabric, options.workload)
+        except ValueError as exc:
+            error.update(" ".join(str(exc).split()))
+            return
+        error.update("")
+        self.session.workload = options.workload
+        self._cancel.clear()
+        self._set_running(True)
+        self.history = []
+        self.bound = None
+        self.query_one(Histogram).show({}, None, None)
+        self.query_one("#solve-status", Static).update("Computing the lower bound...")
+        self.run_solver(model, fabric, options, self.session.digest())
+
+    def action_cancel(self) -> None:
+        if self.running:
+            self._cancel.set()
+            self.query_one("#solve-status", Static).update("Cancelling: keeping the best so far...")
+
+    def action_review(self) -> None:
+        self.app.switch_mode("rankmap")
+
+    def _set_running(self, running: bool) -> None:
+        self.running = running
+        self.query_one("#solve-run", Button).disabled = running
+        self.query_one("#solve-cancel", Button).disabled = not running
+
+    def worker_failed(self) -> None:
+        """Called by the app's worker-error handler for this screen's workers."""
+        self._set_running(False)
+        self.query_one("#solve-status", Static).update(Text("The solver failed (see the notification).", style="bold red"))
+
+    # -- the worker (runs in a thread) ---------------------------------------------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="solve", description="solve placement")
+    def run_solver(self, model: Any, fabric: Fabric, options: SolveOptions, digest: str) -> None:
+        from solver.baselines import random_rank_maps, random_stage_groups
+        from solver.bounds import lower_bound
+        from solver.search import solve
+
+        bound = lower_bound(model).value
+        self.post_message(self.Started(bound))
+        last = [0.0]
+
+        def callback(progress: Any) -> None:
+            if self._cancel.is_set():
+                raise StopIteration
+            now = time.monotonic()
+            if now - last[0] >= PROGRESS_INTERVAL_S:
+                last[0] = now
+                self.post_message(self.Progress(progress.fun, progress.nit, progress.nfev, progress.elapsed_s, progress.phase))
+
+        result = solve(
+            model, seed=options.seed, budget=options.budget, restarts=options.restarts,
+            time_limit=options.time_limit, callback=callback, seed_orders=seed_orders(fabric),
+        )
+        samples = baseline_samples(model.n)
+        baselines = {}
+        for sample in (random_rank_maps, random_stage_groups):
+            if self._cancel.is_set():
+                break
+            dist = sample(model, samples, options.seed)
+            baselines[dist.name] = [float(v) for v in dist.values]
+        self.post_message(self.Finished(result, bound, baselines, options, digest))
+
+    # -- messages from the worker --------------------------------------------------
+    def on_solve_screen_started(self, message: Started) -> None:
+        self.bound = message.bound
+        self.query_one("#solve-status", Static).update(f"Searching... lower bound {message.bound:.2f} s")
+
+    def on_solve_screen_progress(self, message: Progress) -> None:
+        if not self.running:
+            return
+        self.history.append(message.fun)
+        self.query_one(Sparkline).data = self.history[-200:]
+        self.query_one("#solve-status", Static).update(self._status_text(
+            message.fun, message.nit, message.nfev, message.elapsed_s, message.phase
+        ))
+
+    def on_solve_screen_finished(self, message: Finished) -> None:
+        self._set_running(False)
+        r = message.result
+        number = len(self.session.solutions) + 1
+        solution = Solution(
+            name=f"solve #{number}", rank_map=np.asarray(r.x), fun=float(r.fun),
+            workload=message.options.workload, digest=message.digest, created_at=iso(self.app.clock),
+            bound=message.bound, status=str(r.status), message=r.message, seed=message.options.seed,
+            nit=int(r.nit), nfev=int(r.nfev), elapsed_s=float(r.elapsed_s),
+            history=[(float(t), float(v)) for t, v in r.history], baselines=message.baselines,
+        )
+        self.session.add_solution(solution)
+        self.post_message(SessionChanged(f"{solution.name}: Comm {solution.fun:.2f} s"))
+
+    def _status_text(self, fun: float, nit: int, nfev: int, elapsed: float, phase: str, done: str = "") -> Text:
+        text = Text()
+        text.append(f"best Comm {fun:.2f} s", style="bold green")
+        if self.bound is not None:
+            gap = (fun - self.bound) / fun * 100 if fun > 0 else 0.0
+            text.append(f"   lower bound {self.bound:.2f} s   gap {gap:.1f}%")
+        text.append(f"\n{nit} improvements, {nfev} swaps scored, {elapsed:.1f} s, {phase}")
+        if done:
+            text.append(f"\n{done}", style="bold")
+        return text
+
+    def _show_solution(self, sol: Solution) -> None:
+        self.bound = sol.bound
+        values = [v for _t, v in sol.history] or [sol.fun]
+        self.query_one(Sparkline).data = values
+        self.query_one("#solve-axis", Static).update(
+            f"best Comm over {sol.elapsed_s:.1f} s: {values[0]:.2f} s -> {values[-1]:.2f} s"
+        )
+        stale = "   STALE: labels or fabric changed since" if self.session.is_stale(sol) else ""
+        self.query_one("#solve-status", Static).update(self._status_text(
+            sol.fun, sol.nit, sol.nfev, sol.elapsed_s, "done",
+            done=f"{sol.name}: {sol.message}{stale}  (r: review)",
+        ))
+        self.query_one(Histogram).show(sol.baselines, sol.fun, sol.bound)

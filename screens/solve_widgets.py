@@ -1,0 +1,138 @@
+"""Widgets of the solve screen: the workload form and the baseline histogram."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Input, Label, Static
+
+from solver.workload import Workload
+
+BARS = " ▁▂▃▄▅▆▇█"
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    """What the form asks for, validated."""
+
+    workload: Workload
+    seed: int
+    budget: int | None
+    time_limit: float | None
+    restarts: int
+
+
+#: (field id, label with unit, placeholder) of the form, in order.
+FIELDS = (
+    ("c_pp", "c_pp activations (GB)", "decimal GB per stage boundary"),
+    ("c_dp", "c_dp stage gradients (GB)", "decimal GB per stage"),
+    ("pp_messages", "pipeline messages", "transfers per step"),
+    ("dp_messages", "data-parallel messages", "transfers per step"),
+    ("d_pp", "D_PP stages", "whole number"),
+    ("d_dp", "D_DP replicas", "whole number"),
+    ("seed", "seed", "whole number"),
+    ("budget", "budget (swaps)", "empty: default"),
+    ("time_limit", "time limit (s)", "empty: none"),
+    ("restarts", "restarts", "whole number"),
+)
+
+
+class WorkloadForm(Vertical):
+    """Labelled inputs for the workload and solver options; :meth:`read` validates them."""
+
+    DEFAULT_CSS = """
+    WorkloadForm { height: auto; }
+    WorkloadForm > Horizontal { height: 1; margin-bottom: 1; }
+    WorkloadForm Label { width: 27; }
+    WorkloadForm Input { width: 1fr; }
+    """
+
+    def compose(self) -> ComposeResult:
+        for key, label, placeholder in FIELDS:
+            with Horizontal():
+                yield Label(label)
+                yield Input(placeholder=placeholder, id=f"form-{key}", compact=True)
+
+    def fill(self, workload: Workload, seed: int = 0, restarts: int = 4) -> None:
+        values = {**workload.to_json(), "seed": seed, "budget": "", "time_limit": "", "restarts": restarts}
+        for key, _label, _ in FIELDS:
+            self.query_one(f"#form-{key}", Input).value = f"{values[key]:g}" if isinstance(values[key], float) else str(values[key])
+
+    def read(self, n_devices: int) -> SolveOptions:
+        """The validated options; ValueError naming the field otherwise."""
+        raw = {key: self.query_one(f"#form-{key}", Input).value.strip() for key, _l, _p in FIELDS}
+
+        def number(key: str, kind=float, optional: bool = False):
+            text = raw[key]
+            if text == "" and optional:
+                return None
+            try:
+                value = kind(text)
+            except ValueError:
+                raise ValueError(f"{key}: expected {'a whole number' if kind is int else 'a number'}, got {text!r}") from None
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{key}: must be finite, got {text!r}")
+            return value
+
+        workload = Workload(
+            d_pp=number("d_pp", int), d_dp=number("d_dp", int),
+            c_pp=number("c_pp"), c_dp=number("c_dp"),
+            pp_messages=number("pp_messages"), dp_messages=number("dp_messages"),
+        )
+        if workload.n_devices != n_devices:
+            raise ValueError(f"d_pp x d_dp: {workload.d_pp} x {workload.d_dp} = {workload.n_devices}, the fabric has {n_devices} devices")
+        budget = number("budget", int, optional=True)
+        if budget is not None and budget < 0:
+            raise ValueError(f"budget: must be >= 0, got {budget}")
+        time_limit = number("time_limit", optional=True)
+        if time_limit is not None and time_limit <= 0:
+            raise ValueError(f"time_limit: must be > 0 seconds, got {time_limit:g}")
+        restarts = number("restarts", int)
+        if restarts < 0:
+            raise ValueError(f"restarts: must be >= 0, got {restarts}")
+        return SolveOptions(workload, number("seed", int), budget, time_limit, restarts)
+
+
+class Histogram(Static):
+    """Random-placement distributions as bar rows on one axis, the solution marked."""
+
+    DEFAULT_CSS = "Histogram { height: auto; }"
+
+    def show(self, distributions: dict[str, list[float]], solution: float | None, bound: float | None) -> None:
+        if not distributions:
+            self.update("")
+            return
+        width = max(self.size.width - 2, 30) if self.size.width else 60
+        values = [v for vs in distributions.values() for v in vs]
+        marks = [x for x in (solution, bound) if x is not None and math.isfinite(x)]
+        lo, hi = min(values + marks), max(values + marks)
+        span = max(hi - lo, 1e-9)
+
+        def col(x: float) -> int:
+            return min(int((x - lo) / span * (width - 1) + 0.5), width - 1)
+
+        text = Text()
+        for name, vs in distributions.items():
+            counts = np.bincount([col(v) for v in vs], minlength=width)
+            top = max(counts.max(), 1)
+            bars = "".join(BARS[int(math.ceil(c / top * (len(BARS) - 1)))] for c in counts)
+            text.append(f"{name}", style="bold")
+            text.append(f"  {len(vs)} samples, median {float(np.median(vs)):.2f} s\n")
+            text.append(bars + "\n", style="cyan")
+        axis = [" "] * width
+        if bound is not None and math.isfinite(bound):
+            axis[col(bound)] = "|"
+        if solution is not None and math.isfinite(solution):
+            axis[col(solution)] = "▲"
+        text.append("".join(axis) + "\n", style="bold green")
+        text.append(f"{lo:.2f} s".ljust(width - 12) + f"{hi:.2f} s".rjust(12) + "\n")
+        if solution is not None:
+            text.append(f"▲ solution {solution:.2f} s   ", style="bold green")
+        if bound is not None:
+            text.append(f"| lower bound {bound:.2f} s", style="green")
+        self.update(text)

@@ -1,0 +1,60 @@
+"""Widgets shared by several screens: rank-map helpers and the stage-group locality list."""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.text import Text
+from textual.widgets import Static
+
+from screens.adapters import locality_words
+from solver.fabric import Device
+
+#: Colours for regions (by first appearance) in grids and lists.
+REGION_COLOURS = (
+    "#5fafff", "#ffaf5f", "#87d75f", "#ff5f87", "#af87ff", "#5fd7d7", "#d7d75f", "#d787af",
+    "#87afaf", "#d7af87", "#afd7ff", "#ffd7af",
+)
+
+
+def region_colours(devices: tuple[Device, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for d in devices:
+        key = d.region or "unlabelled"
+        if key not in out:
+            out[key] = REGION_COLOURS[len(out) % len(REGION_COLOURS)]
+    return out
+
+
+def stage_groups(rank_map: np.ndarray, d_pp: int) -> list[list[int]]:
+    """Rows in each stage's data-parallel group (rank = replica * D_PP + stage)."""
+    groups: list[list[int]] = [[] for _ in range(d_pp)]
+    for row in np.argsort(rank_map, kind="stable"):
+        groups[int(rank_map[row]) % d_pp].append(int(row))
+    return groups
+
+
+def grid_rows(rank_map: np.ndarray, d_pp: int, d_dp: int) -> np.ndarray:
+    """(D_DP, D_PP) rows: grid[replica, stage] is the fabric row holding that rank."""
+    grid = np.full((d_dp, d_pp), -1, dtype=int)
+    for row, rank in enumerate(rank_map.tolist()):
+        grid[rank // d_pp, rank % d_pp] = row
+    return grid
+
+
+class StageLocality(Static):
+    """Each stage group's locality in words, for the current labels."""
+
+    DEFAULT_CSS = "StageLocality { height: auto; }"
+
+    def show(self, rank_map: np.ndarray | None, d_pp: int, devices: tuple[Device, ...], stale: bool) -> None:
+        if rank_map is None or not devices:
+            self.update("No solution yet.")
+            return
+        text = Text()
+        if stale:
+            text.append("STALE: labels or fabric changed since this solution; solve again.\n", style="bold yellow")
+        for s, rows in enumerate(stage_groups(rank_map, d_pp)):
+            words = locality_words(devices, rows)
+            text.append(f"stage {s}: ", style="bold")
+            text.append(f"{words}\n")
+        self.update(text)
