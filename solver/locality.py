@@ -148,7 +148,8 @@ def _span_words(members: list[Device], regions, zones, unlabelled: int) -> str:
     """Words for a group that shares no level: what it spans, and what is unknown."""
     if unlabelled == len(members):
         return "no location labels"
-    every_zone = all(d.zone is not None for d in members)
+    # Members with no label at all are counted apart ("+ 2 unlabelled").
+    every_zone = all(d.zone is not None for d in members if d.region is not None)
     if regions and every_zone and len(zones) > 1:
         words = f"spans {_plural(len(zones), 'zone')} in {_plural(len(regions), 'region')}"
     elif regions:

@@ -2,8 +2,8 @@
 
 The link matrices below are the `nvidia-smi topo -m` GPU blocks of the ADR's machines
 (DGX-1 NVLink cube mesh, 4 GPUs as PHB pairs joined by SYS, 2x A100 NV4, 8x NV18
-all-to-all), written out here; when probes.topo and its recorded outputs exist, the
-same cases also run through the parser (test_recorded_topologies).
+all-to-all), written out here, and the same cases on the fleet-probe tests' recorded
+outputs (tests/data/topo/*.txt) through the real parser, probes.topo.parse_topo.
 """
 
 from __future__ import annotations
@@ -161,27 +161,30 @@ def test_large_machine_uses_greedy_and_keeps_islands():
 
 TOPO_DIR = Path(__file__).parent / "data" / "topo"
 
+# (recorded file, free GPUs, k, expected) -- the ADR's cases through the real parser.
+RECORDED = [
+    ("dgx1_v100_nvlink_cube_mesh.txt", range(1, 8), 4, [4, 5, 6, 7]),
+    ("dgx1_v100_nvlink_cube_mesh.txt", range(8), 4, [0, 1, 2, 3]),
+    ("four_gpu_phb_pairs_sys.txt", [1, 2, 3], 2, [2, 3]),
+    ("four_gpu_phb_pairs_sys.txt", [0, 1, 2, 3], 2, [0, 1]),
+    ("two_socket_pcie_nics.txt", range(1, 8), 4, [4, 5, 6, 7]),
+    ("two_socket_pcie_nics.txt", range(1, 8), 2, [2, 3]),
+    ("h100_sxm_nv18.txt", [2, 5, 6, 7], 3, [2, 5, 6]),
+    ("two_gpu_nv4.txt", [0, 1], 2, [0, 1]),
+    ("one_gpu.txt", [0], 1, [0]),
+]
 
-def test_recorded_topologies():
-    """The ADR cases through the fleet-probe parser, when it and its recordings exist."""
+
+@pytest.mark.parametrize("name,free,k,want", RECORDED)
+def test_recorded_topologies(name, free, k, want):
+    """Recorded `nvidia-smi topo -m` outputs, parsed by probes.topo, then picked from."""
     topo = pytest.importorskip("probes.topo", reason="probes/topo.py not present in this checkout")
-    recorded = sorted(TOPO_DIR.glob("*.txt")) if TOPO_DIR.is_dir() else []
-    if not recorded:
-        pytest.skip("no recorded topo -m outputs under tests/data/topo")
-    parse = getattr(topo, "parse_topo", None)
-    if parse is None:
-        pytest.skip("probes.topo has no parse_topo")
-    seen = 0
-    for path in recorded:
-        parsed = parse(path.read_text())
-        links = getattr(parsed, "links", parsed)
-        if speed_matrix(links) is None:
-            continue
-        m = speed_matrix(links)
-        if m.shape[0] == 8 and (m == speed_matrix(DGX1)).all():
-            assert pick_devices(links, range(1, 8), 4) == [4, 5, 6, 7], path.name
-            seen += 1
-        if m.shape[0] == 4 and (m == speed_matrix(PHB_PAIRS)).all():
-            assert pick_devices(links, [1, 2, 3], 2) == [2, 3], path.name
-            seen += 1
-    assert seen >= 1, "no recorded output matched the DGX-1 or PHB-pair layouts"
+    path = TOPO_DIR / name
+    if not path.exists():
+        pytest.skip(f"recorded output {name} not present")
+    parsed = topo.parse_topo(path.read_text())
+    assert pick_devices(parsed.links, free, k) == want
+    if len(parsed.links) > 1:
+        assert (speed_matrix(parsed.links) == speed_matrix(
+            {"dgx1_v100_nvlink_cube_mesh.txt": DGX1, "four_gpu_phb_pairs_sys.txt": PHB_PAIRS,
+             "two_gpu_nv4.txt": A100_NV4, "h100_sxm_nv18.txt": NV18}.get(name, parsed.links))).all()

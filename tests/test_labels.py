@@ -1,0 +1,198 @@
+"""The label model: values, sources, per-GPU overrides, JSON, fabric round trips; labels show."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from geoconsole import cli_labels
+from geoconsole.exitcodes import ExitCode
+from geoconsole.labels import (
+    MAX_LABEL_CHARS,
+    Label,
+    LabelError,
+    LabelSet,
+    apply_suggestions,
+    label_problem,
+    validate_label,
+)
+from solver.fabric import Device, Fabric, load_fabric
+from solver.suggest import RowSuggestion
+
+
+def fabric_of(devices) -> Fabric:
+    n = len(devices)
+    a = np.ones((n, n))
+    np.fill_diagonal(a, 0)
+    return Fabric(a, a * 10, ["x"] * n, tuple(devices))
+
+
+DEVICES = (
+    Device("h1", 0, "europe-west1", "europe-west1-b", "rack-3"),
+    Device("h1", 1, "europe-west1", "europe-west1-b", "rack-3"),
+    Device("h2", 0, "europe-west1", "europe-west1-c", None),
+    Device("h2", 1, "europe-west1", "europe-west1-c", "rack-9"),
+    Device("cpu", None, None, None, None),
+)
+
+
+@pytest.mark.parametrize("value", ["europe-west1-b", "rack_3", "office/2nd-floor", "東京", "a" * MAX_LABEL_CHARS,
+                                   "semi;colon", None, ""])
+def test_valid_values(value):
+    assert validate_label("zone", value) == value
+    assert label_problem("zone", value) is None
+
+
+@pytest.mark.parametrize("value,match", [
+    ("rack 3", "no spaces or other whitespace"),
+    ("rack\t3", "no spaces or other whitespace"),
+    ("rack\x1b[31m", "control or unprintable character"),
+    ("a" * (MAX_LABEL_CHARS + 1), "at most 63 characters, got 64"),
+    (7, "expected text, got int"),
+])
+def test_invalid_values_name_the_field(value, match):
+    with pytest.raises(LabelError, match=match) as err:
+        validate_label("network_group", value, "hosts.toml: host h1")
+    assert str(err.value).startswith("hosts.toml: host h1: network_group: ")
+    assert err.value.code == ExitCode.USAGE and isinstance(err.value, ValueError)
+
+
+def test_unknown_field_and_source_are_refused():
+    with pytest.raises(LabelError, match="'rack' is not a label"):
+        validate_label("rack", "x")
+    with pytest.raises(LabelError, match="label source 'guess'"):
+        Label("x", "guess")
+    labels = LabelSet()
+    with pytest.raises(LabelError, match="label source 'guess'"):
+        labels.set("h1", "zone", "z", "guess")
+
+
+def test_gpu_override_wins_over_host_and_keeps_its_source():
+    labels = LabelSet()
+    labels.set("h1", "zone", "z1", "inventory")
+    labels.set("h1", "zone", "z2", "operator", gpu=1)
+    assert labels.get("h1", "zone", 0) == Label("z1", "inventory")
+    assert labels.get("h1", "zone", 1) == Label("z2", "operator")
+    assert labels.get("h1", "region", 1) is None
+    labels.set("h1", "zone", None, gpu=1)  # clear the override: the host's value shows again
+    assert labels.get("h1", "zone", 1) == Label("z1", "inventory")
+    assert str(labels.get("h1", "zone")) == "z1 (inventory)"
+
+
+def test_set_many_validates_once_before_any_change():
+    labels = LabelSet()
+    with pytest.raises(LabelError):
+        labels.set_many([("h1", 0), ("h2", None)], "zone", "bad value")
+    assert labels == LabelSet()
+    assert labels.set_many([("h1", 0), ("h2", None)], "zone", "z9") == 2
+    assert labels.get("h2", "zone", 5).value == "z9" and labels.get("h1", "zone", 0).source == "operator"
+
+
+def test_from_fabric_groups_by_host_and_applies_back():
+    f = fabric_of(DEVICES)
+    labels = LabelSet.from_fabric(f, source="detected")
+    assert labels.hosts["h1"]["network_group"] == Label("rack-3", "detected")
+    assert "network_group" not in labels.hosts["h2"]  # GPUs differ: per GPU
+    assert labels.gpus[("h2", 1)]["network_group"] == Label("rack-9", "detected")
+    assert labels.hosts.get("cpu", {}) == {}
+    labels.set("h2", "zone", "europe-west1-d", "operator")
+    out = labels.apply(f)
+    assert [d.zone for d in out.devices] == ["europe-west1-b"] * 2 + ["europe-west1-d"] * 2 + [None]
+    assert out.meta["label_sources"]["h2:0"] == {"region": "detected", "zone": "operator"}
+    assert f.devices[2].zone == "europe-west1-c"  # the input is unchanged
+
+
+def test_sources_survive_the_fabric_file(tmp_path):
+    f = fabric_of(DEVICES)
+    labels = LabelSet.from_fabric(f)
+    labels.set("h1", "network_group", "rack-4", "operator", gpu=0)
+    path = tmp_path / "f.json"
+    labels.apply(f).save(path)
+    back = LabelSet.from_fabric(load_fabric(path))
+    assert back.get("h1", "network_group", 0) == Label("rack-4", "operator")
+    assert back.get("h1", "network_group", 1) == Label("rack-3", "inventory")
+    assert back.get("h2", "zone", 0) == Label("europe-west1-c", "inventory")
+    # A subset keeps names, so the sources still line up.
+    sub = load_fabric(path).subset([3, 0])
+    assert LabelSet.from_fabric(sub).get("h1", "network_group", 0).source == "operator"
+
+
+def test_json_round_trip():
+    labels = LabelSet.from_fabric(fabric_of(DEVICES))
+    labels.set("h2", "network_group", "rack-1", "suggested", gpu=0)
+    doc = json.loads(json.dumps(labels.to_json()))
+    assert LabelSet.from_json(doc) == labels
+    assert doc["gpus"][0]["host"] == "h2"
+
+
+@pytest.mark.parametrize("doc,match", [
+    ([], "labels: expected an object"),
+    ({"hosts": []}, "labels.hosts: expected an object"),
+    ({"hosts": {"h1": {"zone": {"value": "a b", "source": "operator"}}}}, "labels.hosts.h1: zone: no spaces"),
+    ({"hosts": {"h1": {"zone": {"value": "z", "source": "rumour"}}}}, r"labels.hosts.h1.zone.source"),
+    ({"hosts": {"h1": {"zone": "z"}}}, r"labels.hosts.h1.zone: expected"),
+    ({"hosts": {"h1": {"zone": {"value": "", "source": "flag"}}}}, "empty value"),
+    ({"gpus": [{"host": "h1", "gpu": -1, "labels": {}}]}, r"labels.gpus\[0\].gpu"),
+    ({"gpus": [{"gpu": 0}]}, r"labels.gpus\[0\]: expected an object with a host"),
+])
+def test_from_json_errors_name_the_entry(doc, match):
+    with pytest.raises(LabelError, match=match):
+        LabelSet.from_json(doc)
+
+
+def test_apply_suggestions_fills_and_replaces_but_not_the_operators():
+    labels = LabelSet.from_fabric(fabric_of(DEVICES))
+    labels.set("h2", "network_group", "mine", "operator", gpu=1)
+    changes = [
+        RowSuggestion(0, "h1:0", "rack-3", "ng-1", "contradicts"),
+        RowSuggestion(1, "h1:1", "rack-3", "ng-1", "contradicts"),
+        RowSuggestion(2, "h2:0", None, "ng-1", "missing"),
+        RowSuggestion(3, "h2:1", "mine", "ng-1", "contradicts"),
+    ]
+    n, kept = apply_suggestions(labels, DEVICES, changes)
+    assert n == 3 and kept == ["h2:1: kept the operator's network group mine (measured: ng-1)"]
+    assert labels.get("h1", "network_group", 0) == Label("ng-1", "suggested")
+    assert labels.hosts["h1"]["network_group"].source == "suggested"  # whole host: host level
+    assert labels.get("h2", "network_group", 0) == Label("ng-1", "suggested")
+    assert labels.get("h2", "network_group", 1) == Label("mine", "operator")
+    only_missing = LabelSet.from_fabric(fabric_of(DEVICES))
+    n, _ = apply_suggestions(only_missing, DEVICES, changes, include_contradicting=False)
+    assert n == 1 and only_missing.get("h1", "network_group", 0).value == "rack-3"
+
+
+def test_apply_needs_devices():
+    f = Fabric(np.zeros((2, 2)), np.ones((2, 2)), ["a", "b"])
+    with pytest.raises(LabelError, match="no devices to label"):
+        LabelSet().apply(f)
+
+
+def test_labels_show_command(tmp_path):
+    app = typer.Typer()
+
+    @app.callback()
+    def root() -> None:
+        """Test root."""
+
+    cli_labels.register(app)
+    path = tmp_path / "f.json"
+    labels = LabelSet.from_fabric(fabric_of(DEVICES))
+    labels.set("h2", "zone", "europe-west1-c", "flag")
+    labels.apply(fabric_of(DEVICES)).save(path)
+    r = CliRunner().invoke(app, ["labels", "show", "--matrix", str(path)])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0].split() == ["row", "device", "region", "zone", "network", "group"]
+    assert lines[3].split() == ["2", "h2:0", "europe-west1", "(inventory)", "europe-west1-c", "(flag)", "-"]
+    assert lines[-1] == "5 devices on 3 hosts: spans 2 zones in 1 region + 1 unlabelled; 0 unmeasured pairs, 0 estimated pairs"
+    r = CliRunner().invoke(app, ["labels", "show", "--matrix", str(path), "--json"])
+    doc = json.loads(r.output)
+    assert doc["devices"][2]["zone"] == {"value": "europe-west1-c", "source": "flag"}
+    assert doc["locality"]["unlabelled"] == 1
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"labels": ["a"], "alpha_ms": [[0]], "beta_gbps": [[0]], "devices": [{"host": ""}]}')
+    r = CliRunner().invoke(app, ["labels", "show", "--matrix", str(bad)])
+    assert r.exit_code == 2 and r.output.strip() == f"error: {bad}: devices[0]: expected an object with a host name"

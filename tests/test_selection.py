@@ -1,0 +1,233 @@
+"""group_locality selection: the ADR-0021 decisions and consequences, and the select command."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from geoconsole import cli_labels
+from geoconsole.demo_fabrics import worldwide_fabric
+from solver.fabric import Device, Fabric, load_fabric
+from solver.locality import location_key
+from solver.selection import POLICIES, SelectionError, select_devices
+
+
+def fabric_of(devices) -> Fabric:
+    n = len(devices)
+    a = np.full((n, n), 1.0)
+    b = np.full((n, n), 10.0)
+    np.fill_diagonal(a, 0)
+    np.fill_diagonal(b, 0)
+    return Fabric(a, b, [d.region or "?" for d in devices], tuple(devices))
+
+
+def fleet(spec) -> Fabric:
+    """``spec``: list of (count, region, zone, network_group); one GPU per host."""
+    devices, k = [], 0
+    for count, region, zone, ng in spec:
+        for _ in range(count):
+            devices.append(Device(f"w{k}", 0, region, zone, ng))
+            k += 1
+    return fabric_of(devices)
+
+
+# Zone eu-b holds network group rack-1 (4) and 2 more; region eu adds zone eu-c (4);
+# us-a has 6. 16 workers in all.
+FLEET = fleet([
+    (2, "us", "us-a", None),
+    (2, "eu", "eu-c", None),
+    (4, "eu", "eu-b", "rack-1"),
+    (2, "eu", "eu-b", None),
+    (4, "us", "us-a", None),
+    (2, "eu", "eu-c", None),
+])
+
+
+@pytest.mark.parametrize("k,level,words", [
+    (4, "network_group", "same network group rack-1"),
+    (6, "zone", "same zone eu-b"),
+    (10, "region", "spans 2 zones in 1 region"),
+    (16, "any", "spans 3 zones in 2 regions"),
+])
+def test_prefer_picks_the_tightest_level_available(k, level, words):
+    sel = select_devices(FLEET, k, "prefer")
+    assert (sel.level, sel.summary, len(sel.rows)) == (level, words, k)
+
+
+def test_prefer_never_fails_for_locality_and_falls_back_to_any():
+    sel = select_devices(FLEET, 12, "prefer")
+    assert sel.level == "any" and len(sel.rows) == 12
+    # A tighter level is tried first but never waited for: zone/region cannot hold 12.
+    with pytest.raises(SelectionError):
+        select_devices(FLEET, 12, "region")
+
+
+def test_prefer_on_an_unlabelled_fleet_is_the_previous_behaviour():
+    f = fabric_of([Device(f"h{i}", 0) for i in range(6)])
+    sel = select_devices(f, 4, "prefer")
+    assert sel.rows == (0, 1, 2, 3) and sel.level == "any"
+    assert sel.summary == "no location labels"
+    assert sel.left_out == ((4, "not needed: the group took 4 of 6 devices"),
+                            (5, "not needed: the group took 4 of 6 devices"))
+
+
+def test_required_level_excludes_unlabelled_workers_with_a_reason():
+    f = fleet([(3, "eu", "eu-b", None), (2, "eu", None, None), (4, "eu", "eu-c", None)])
+    sel = select_devices(f, 4, "zone")
+    assert sel.rows == (5, 6, 7, 8) and sel.summary == "same zone eu-c"
+    reasons = dict(sel.left_out)
+    assert reasons[3] == reasons[4] == "no zone label (group_locality=zone needs one)"
+    assert reasons[0].startswith("outside the group's zone eu-c")
+    # Five labelled in eu-b plus unlabelled ones would make 4 with prefer/region, never with zone.
+    g = fleet([(3, "eu", "eu-b", None), (2, "eu", None, None)])
+    with pytest.raises(SelectionError, match=r"no zone has 4 devices \(largest: eu-b with 3\); "
+                                             r"2 devices have no zone label"):
+        select_devices(g, 4, "zone")
+    assert select_devices(g, 4, "region").summary == "same region eu"
+
+
+def test_network_group_required_without_labels_says_so():
+    with pytest.raises(SelectionError, match="none of the 6 devices has a network group label"):
+        select_devices(fleet([(6, "eu", "eu-b", None)]), 2, "network_group")
+
+
+def test_buckets_respect_torch_versions():
+    # Zone eu-b comes first but mixes versions; eu-c has four on one version.
+    f = fleet([(4, "eu", "eu-b", None), (4, "eu", "eu-c", None)])
+    versions = ["2.4.0", "2.3.1", "2.4.0", "2.3.1", "2.4.0", "2.4.0", "2.4.0", "2.4.0"]
+    sel = select_devices(f, 4, "prefer", torch_versions=versions)
+    assert sel.rows == (4, 5, 6, 7) and sel.level == "zone"
+    reasons = dict(sel.left_out)
+    assert reasons[1] == "torch 2.3.1; the group runs torch 2.4.0"
+    with pytest.raises(SelectionError, match="no 5 devices share one torch version"):
+        select_devices(f, 5, "any", torch_versions=["a", "b"] * 4)
+    with pytest.raises(ValueError, match="torch_versions: 2 entries for 8 devices"):
+        select_devices(f, 4, torch_versions=["a", "b"])
+
+
+def test_region_filter_matches_a_region_or_a_zone():
+    f = fleet([(3, "us", "us-a", None), (3, "eu", "eu-b", None), (3, "eu", "eu-c", None)])
+    by_zone = select_devices(f, 3, "prefer", regions=["eu-c"])
+    assert by_zone.rows == (6, 7, 8)
+    assert dict(by_zone.left_out)[0] == "us / us-a not in --regions eu-c"
+    by_region = select_devices(f, 6, "prefer", regions=["eu"])
+    assert by_region.rows == (3, 4, 5, 6, 7, 8) and by_region.summary == "spans 2 zones in 1 region"
+    mixed = select_devices(f, 6, "any", regions=["us", "eu-b"])
+    assert mixed.rows == (0, 1, 2, 3, 4, 5)
+    with pytest.raises(SelectionError, match="--regions eu-c: 3 of 9 devices match, the workload needs 4"):
+        select_devices(f, 4, regions=["eu-c"])
+
+
+def test_first_bucket_to_fill_wins_between_equally_close_groups():
+    # Both zones can hold 2; eu-c's second worker comes before eu-b's.
+    f = fleet([(1, "eu", "eu-b", None), (2, "eu", "eu-c", None), (1, "eu", "eu-b", None)])
+    assert select_devices(f, 2, "zone").rows == (1, 2)
+
+
+def test_region_level_pick_takes_whole_zones():
+    # Region eu fills first in row order, across three zones; 4 fit in one zone plus... no:
+    # the pick takes the 4-device zone whole instead of the first four rows.
+    f = fleet([(1, "eu", "eu-a", None), (1, "eu", "eu-b", None), (1, "eu", "eu-c", None),
+               (4, "eu", "eu-d", None), (1, "us", "us-a", None)])
+    sel = select_devices(f, 5, "region")
+    assert sel.summary == "spans 2 zones in 1 region"
+    assert sel.rows == (0, 3, 4, 5, 6)
+
+
+def test_worldwide_region_filter_and_prefer():
+    f = worldwide_fabric()
+    sel = select_devices(f, 8, "prefer", regions=["Tokyo"])
+    assert sel.rows == tuple(range(24, 32)) and sel.summary == "same region Tokyo"
+    sel = select_devices(f, 16, "prefer")
+    assert sel.level == "any" and sel.summary == "spans 2 regions"
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="group_locality: expected one of"):
+        select_devices(FLEET, 4, "rack")
+    with pytest.raises(ValueError, match="workload size"):
+        select_devices(FLEET, 0)
+    with pytest.raises(SelectionError, match="the fabric has 16 devices, the workload needs 17"):
+        select_devices(FLEET, 17)
+
+
+def test_random_fleets_partition_rows_and_meet_the_policy():
+    rng = np.random.default_rng(11)
+    regions = {"r0": ["r0-a", "r0-b"], "r1": ["r1-a", "r1-b", "r1-c"]}
+    for trial in range(200):
+        n = int(rng.integers(2, 40))
+        devices = []
+        for i in range(n):
+            r = list(regions)[rng.integers(2)] if rng.random() < 0.85 else None
+            z = regions[r][rng.integers(len(regions[r]))] if r and rng.random() < 0.8 else None
+            g = f"g{rng.integers(3)}" if rng.random() < 0.5 else None
+            devices.append(Device(f"h{i}", 0, r, z, g))
+        f = fabric_of(devices)
+        versions = [["2.4", "2.3"][rng.integers(2)] for _ in range(n)] if trial % 2 else None
+        k = int(rng.integers(1, n + 1))
+        policy = POLICIES[trial % len(POLICIES)]
+        try:
+            sel = select_devices(f, k, policy, torch_versions=versions)
+        except SelectionError:
+            assert policy != "prefer" or versions is not None
+            continue
+        assert len(sel.rows) == k
+        assert sorted(sel.rows + tuple(r for r, _ in sel.left_out)) == list(range(n))
+        if versions is not None:
+            assert len({versions[i] for i in sel.rows}) == 1
+        if policy not in ("prefer", "any"):
+            keys = {location_key(devices[i], policy) for i in sel.rows}
+            assert len(keys) == 1 and None not in keys
+        assert select_devices(f, k, policy, torch_versions=versions) == sel  # deterministic
+
+
+# -- the select command ------------------------------------------------------------
+@pytest.fixture()
+def app():
+    app = typer.Typer()
+
+    @app.callback()
+    def root() -> None:
+        """Test root."""
+
+    cli_labels.register(app)
+    return app
+
+
+def test_select_command_writes_the_subfabric(app, tmp_path):
+    src = tmp_path / "fleet.json"
+    FLEET.save(src)
+    out = tmp_path / "sel.json"
+    r = CliRunner().invoke(app, ["select", "--matrix", str(src), "--pp", "2", "--dp", "3",
+                                 "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "selected 6 of 16 devices (group_locality=prefer, level zone): same zone eu-b" in r.output
+    assert "  0 w0:0: outside the group's zone eu-b (us / us-a)" in r.output
+    sub = load_fabric(out)
+    assert sub.n == 6 and {d.zone for d in sub.devices} == {"eu-b"}
+    assert sub.meta["selection"]["rows"] == [4, 5, 6, 7, 8, 9]
+    assert sub.meta["selection"]["summary"] == "same zone eu-b"
+
+
+def test_select_command_json_and_failures(app, tmp_path):
+    src = tmp_path / "fleet.json"
+    FLEET.save(src)
+    r = CliRunner().invoke(app, ["select", "-m", str(src), "--pp", "2", "--dp", "2",
+                                 "--regions", "us-a", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["devices"] == ["w0:0", "w1:0", "w10:0", "w11:0"]
+    assert doc["left_out"][0] == {"row": 2, "reason": "eu / eu-c not in --regions us-a", "device": "w2:0"}
+    r = CliRunner().invoke(app, ["select", "-m", str(src), "--pp", "4", "--dp", "3", "--group-locality", "zone"])
+    assert r.exit_code == 1
+    assert r.output.count("\n") == 1 and "group_locality=zone: no zone has 12 devices" in r.output
+    r = CliRunner().invoke(app, ["select", "-m", str(src), "--pp", "2", "--dp", "2", "--group-locality", "rack"])
+    assert r.exit_code == 2 and "--group-locality: expected one of" in r.output
+    r = CliRunner().invoke(app, ["select", "-m", str(src), "--pp", "2", "--dp", "2", "--regions", "eu,,us"])
+    assert r.exit_code == 2 and "--regions: empty name" in r.output
+    r = CliRunner().invoke(app, ["select", "-m", str(tmp_path / "nope.json"), "--pp", "2", "--dp", "2"])
+    assert r.exit_code == 2 and "nope.json: no such file" in r.output
