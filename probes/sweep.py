@@ -1,0 +1,678 @@
+"""The probe sweep: measure every device pair of a fleet, streaming events as it goes.
+
+Phases:
+
+1. **Set-up**, every host concurrently, bounded by ``host_timeout_s``: connect,
+   discover (:mod:`probes.discovery`), upload :mod:`probes.worker`, start one worker
+   per device (``setsid -w``, pid file) and wait for its hello (torch imported once per
+   device for the whole sweep). A host that fails here is lost; its devices stay in the
+   fabric with null pairs.
+2. **Rounds** (:mod:`probes.schedule`): intra-host pairs, then a round-robin
+   tournament of disjoint host pairs; the slots of a round run concurrently, the
+   device pairs of a slot in sequence. Each pair job measures both directions and is
+   bounded by ``pair_timeout_s``. A poor fit (R^2 < 0.98 or a non-positive slope) is
+   retried once and then kept with a flag.
+3. **Faults**: a worker that dies or times out is killed (process group) and restarted
+   once the host answers again; a host that no longer answers (reconnect once) is lost:
+   :class:`HostLost`, and every pair of it not yet measured fails with that reason,
+   while the rest of the sweep goes on.
+4. **End** (also on :meth:`Sweep.cancel` or an exception): every remote worker is
+   killed by its process group, then :class:`SweepDone` carries the fabric.
+
+Events, all frozen dataclasses, in order: :class:`Discovered`, then per round
+:class:`RoundStarted`, :class:`PairStarted`, :class:`PairMeasured` (one per direction)
+or :class:`PairFailed`, any :class:`HostLost`, and finally :class:`SweepDone`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import json
+import math
+import shlex
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Sequence
+
+import numpy as np
+
+from probes.discovery import HostInfo, discover_host, peer_for
+from probes.fit import MIN_R2, Fit, fit_alpha_beta, fastest
+from probes.schedule import Round, schedule
+from probes.ssh import HostSession, SSHError, SSHPool
+from solver.fabric import Device, Fabric
+
+WORKER_SOURCE = Path(__file__).with_name("worker.py")
+REMOTE_DIR = ".cache/geoconsole"
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """How a sweep measures. Sizes bracket the workload; slow links scale them down."""
+
+    #: Payload sizes in bytes (before scaling to ``max_transfer_s``).
+    sizes_bytes: tuple[int, ...] = (256 << 10, 1 << 20, 4 << 20, 16 << 20)
+    #: Timed repetitions per size (the fit uses the fastest of each size).
+    reps: int = 3
+    #: Small untimed ping-pongs before each direction.
+    warmup: int = 3
+    #: The largest transfer is scaled down to take about this long.
+    max_transfer_s: float = 0.25
+    #: Floor for scaled sizes.
+    min_bytes: int = 32 << 10
+    pair_timeout_s: float = 60.0
+    #: Bound on one host's set-up: connect, discovery, worker start (torch import).
+    host_timeout_s: float = 90.0
+    #: One pair at a time instead of tournament rounds (the benchmark's baseline).
+    sequential: bool = False
+    min_r2: float = MIN_R2
+    #: Recorded in the fabric's meta (the command line that ran the sweep).
+    command: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sizes_bytes": list(self.sizes_bytes), "reps": self.reps, "warmup": self.warmup,
+            "max_transfer_s": self.max_transfer_s, "min_bytes": self.min_bytes,
+            "pair_timeout_s": self.pair_timeout_s, "host_timeout_s": self.host_timeout_s,
+            "schedule": "sequential" if self.sequential else "tournament", "min_r2": self.min_r2,
+        }
+
+
+# -- events --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Discovered:
+    """Set-up finished: rows of the fabric-to-be and what each reachable host is."""
+
+    devices: tuple[Device, ...]
+    hosts: tuple[HostInfo, ...]
+    rounds: int
+    pairs: int
+
+
+@dataclass(frozen=True)
+class RoundStarted:
+    index: int
+    total: int
+    slots: int
+
+
+@dataclass(frozen=True)
+class PairStarted:
+    i: int
+    j: int
+    src: str
+    dst: str
+    round: int
+
+
+@dataclass(frozen=True)
+class PairMeasured:
+    """One direction: row ``i`` sent to row ``j``."""
+
+    i: int
+    j: int
+    src: str
+    dst: str
+    alpha_ms: float
+    beta_gbps: float
+    r2: float
+    #: ``None`` or a short reason kept in the fabric's ``fit_flag`` ("poor-fit R^2=0.95").
+    flag: str | None
+    attempts: int
+    #: Console-side wall time of the whole pair job and the worker's transfer time in it.
+    wall_s: float
+    transfer_s: float
+    interface: str | None
+    #: The fitted points: ``(gigabits, fastest seconds)`` per payload size.
+    points: tuple[tuple[float, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class PairFailed:
+    i: int
+    j: int
+    src: str
+    dst: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class HostLost:
+    host: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SweepDone:
+    fabric: Fabric
+    elapsed_s: float
+    measured: int
+    failed: int
+    cancelled: bool
+
+
+SweepEvent = Discovered | RoundStarted | PairStarted | PairMeasured | PairFailed | HostLost | SweepDone
+
+
+class WorkerGone(Exception):
+    """The worker's output ended (process exited or the SSH session died)."""
+
+
+class HostGone(Exception):
+    """The host no longer answers."""
+
+
+# -- remote worker -------------------------------------------------------------------
+
+
+class RemoteWorker:
+    """One probe worker process on a host, driven over its SSH channel."""
+
+    def __init__(self, session: HostSession, host: Any, row: int, device: int | None,
+                 path: str, pidfile: str) -> None:
+        self.session, self.host, self.row, self.device = session, host, row, device
+        self.path, self.pidfile = path, pidfile
+        self.proc = None
+        self.hello: dict[str, Any] = {}
+        self.stderr: collections.deque[str] = collections.deque(maxlen=20)
+        self._drain: asyncio.Task | None = None
+
+    async def start(self, timeout: float) -> None:
+        argv = ["setsid", "-w", self.host.python, "-u", self.path, "--name", self.host.name,
+                "--device", "cpu" if self.device is None else str(self.device),
+                "--pidfile", self.pidfile]
+        self.proc = await self.session.start(argv, env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                                                         "PYTHONUNBUFFERED": "1"})
+        self._drain = asyncio.create_task(self._drain_stderr())
+        msg = await self.recv(timeout)
+        if msg.get("event") != "hello":
+            raise SSHError(self.host.name, f"worker: {msg.get('error') or msg}")
+        self.hello = msg
+
+    async def _drain_stderr(self) -> None:
+        # Keeps the channel window open: unread stderr would block the worker.
+        try:
+            async for line in self.proc.stderr:
+                if line.strip():
+                    self.stderr.append(line.strip())
+        except Exception:
+            pass
+
+    def stderr_tail(self) -> str:
+        return self.stderr[-1][:200] if self.stderr else "no output"
+
+    async def send(self, obj: dict[str, Any]) -> None:
+        try:
+            self.proc.stdin.write(json.dumps(obj) + "\n")
+            await self.proc.stdin.drain()
+        except Exception as exc:
+            raise WorkerGone(f"cannot write to worker: {exc}") from None
+
+    async def recv(self, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise asyncio.TimeoutError
+            try:
+                line = await asyncio.wait_for(self.proc.stdout.readline(), left)
+            except (asyncio.TimeoutError, TimeoutError):
+                raise asyncio.TimeoutError from None
+            except Exception as exc:
+                raise WorkerGone(f"worker channel closed: {exc}") from None
+            if not line:
+                raise WorkerGone(f"worker exited: {self.stderr_tail()}")
+            line = line.strip()
+            if line.startswith("{"):
+                return json.loads(line)
+            self.stderr.append(line)
+
+    def close(self) -> None:
+        if self.proc is not None:
+            try:
+                self.proc.close()
+            except Exception:
+                pass
+        if self._drain is not None:
+            self._drain.cancel()
+
+
+def kill_script(pidfiles: Sequence[str]) -> str:
+    """Shell text that kills each pid file's process group and removes the file."""
+    parts = []
+    for pf in pidfiles:
+        q = shlex.quote(pf)
+        parts.append(
+            f"if [ -f {q} ]; then pg=$(cat {q}); case $pg in ''|*[!0-9]*) ;; "
+            f"*) kill -KILL -- -$pg 2>/dev/null ;; esac; rm -f {q}; fi"
+        )
+    return "; ".join(parts) + "; true"
+
+
+# -- the sweep -----------------------------------------------------------------------
+
+
+@dataclass
+class _Direction:
+    fit: Fit
+    attempts: int
+    interface: str | None
+    points: tuple[tuple[float, float], ...]
+
+
+class Sweep:
+    """Measure a fleet; iterate :meth:`events` to run it. See the module docstring.
+
+    ``hosts``: inventory hosts (``name``, ``address``, ``port``, ``user``, ``identity``,
+    ``python``, ``interface``, ``gpus``, labels). ``labels``: fallback ``region``,
+    ``zone``, ``network_group`` (the CLI flags).
+    """
+
+    def __init__(self, hosts: Sequence[Any], *, pool: SSHPool, settings: ProbeSettings | None = None,
+                 labels: dict[str, str | None] | None = None) -> None:
+        if not hosts:
+            raise ValueError("a sweep needs at least one host")
+        self.hosts = list(hosts)
+        self.pool = pool
+        self.settings = settings or ProbeSettings()
+        self.labels = labels or {}
+        self.sweep_id = uuid.uuid4().hex[:12]
+        self.devices: list[Device] = []
+        self.device_hosts: list[str] = []
+        self.hosts_info: dict[str, HostInfo] = {}
+        self.lost: dict[str, str] = {}
+        self.workers: dict[int, RemoteWorker] = {}
+        self.sessions: dict[str, HostSession] = {}
+        self.rounds: list[Round] = []
+        self.fabric: Fabric | None = None
+        self._queue: asyncio.Queue[SweepEvent] = asyncio.Queue()
+        self._task: asyncio.Task | None = None
+        self._results: dict[tuple[int, int], _Direction] = {}
+        self._failed: dict[tuple[int, int], str] = {}
+        self._started = 0.0
+        self._cancelled = False
+        self._restarted: set[int] = set()
+        #: An unexpected exception that ended the sweep (re-raised by events()).
+        self.error: BaseException | None = None
+        self._worker_path = f"{REMOTE_DIR}/worker-{_source_hash()}.py"
+
+    # -- public ------------------------------------------------------------------------
+
+    async def events(self) -> AsyncIterator[SweepEvent]:
+        """Run the sweep (on first call) and yield its events; the last is SweepDone."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run())
+        while True:
+            event = await self._queue.get()
+            yield event
+            if isinstance(event, SweepDone):
+                if self.error is not None:
+                    raise self.error
+                return
+
+    async def run(self, on_event: Callable[[SweepEvent], None] | None = None) -> Fabric:
+        """Run to the end, calling ``on_event`` for each event; return the fabric."""
+        async for event in self.events():
+            if on_event is not None:
+                on_event(event)
+        assert self.fabric is not None
+        return self.fabric
+
+    async def cancel(self) -> None:
+        """Stop the sweep: kill every remote worker; events() ends with SweepDone(cancelled)."""
+        self._cancelled = True
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    # -- phases ------------------------------------------------------------------------
+
+    def _emit(self, event: SweepEvent) -> None:
+        self._queue.put_nowait(event)
+
+    async def _run(self) -> None:
+        self._started = time.monotonic()
+        try:
+            await self._setup()
+            for rnd in self.rounds:
+                self._emit(RoundStarted(rnd.index, len(self.rounds), len(rnd.slots)))
+                await asyncio.gather(*(self._run_slot(rnd.index, slot.pairs) for slot in rnd.slots))
+        except asyncio.CancelledError:
+            self._cancelled = True
+        except Exception as exc:  # a bug: still clean up and end the stream, then re-raise
+            self._cancelled = True
+            self.error = exc
+        finally:
+            await asyncio.shield(self._cleanup())
+            self.fabric = self._build_fabric()
+            measured = sum(1 for _ in self._results)
+            failed = self.fabric.n * (self.fabric.n - 1) - measured
+            self._emit(SweepDone(self.fabric, time.monotonic() - self._started, measured,
+                                 failed, self._cancelled))
+
+    async def _setup(self) -> None:
+        s = self.settings
+        results = await asyncio.gather(*(self._setup_host(k) for k in range(len(self.hosts))))
+        rows: list[tuple[Any, int | None]] = []
+        for host, info in zip(self.hosts, results):
+            if info is None:
+                wanted = host.gpus if getattr(host, "gpus", None) else (None,)
+                rows += [(host, g) for g in wanted]
+            else:
+                rows += [(host, g) for g in info.devices]
+        for row, (host, gpu) in enumerate(rows):
+            info = self.hosts_info.get(host.name)
+            region = info.region if info else getattr(host, "region", None) or self.labels.get("region")
+            zone = info.zone if info else getattr(host, "zone", None) or self.labels.get("zone")
+            group = info.network_group if info else getattr(host, "network_group", None) or self.labels.get("network_group")
+            self.devices.append(Device(host.name, gpu, region, zone, group))
+            self.device_hosts.append(host.name)
+        self.rounds = schedule(self.device_hosts, sequential=s.sequential)
+        npairs = sum(len(sl.pairs) for r in self.rounds for sl in r.slots)
+        self._emit(Discovered(tuple(self.devices), tuple(self.hosts_info.values()), len(self.rounds), npairs))
+        starts = []
+        for row, (host, gpu) in enumerate(rows):
+            if host.name not in self.lost:
+                starts.append(self._start_worker(row, host, gpu))
+        await asyncio.gather(*starts)
+        for row, name in enumerate(self.device_hosts):  # hosts lost during set-up
+            if name in self.lost:
+                self._fail_host_pairs(name, f"host-lost: {self.lost[name]}")
+
+    async def _setup_host(self, k: int) -> HostInfo | None:
+        host = self.hosts[k]
+        try:
+            return await asyncio.wait_for(self._connect_discover(k), self.settings.host_timeout_s)
+        except (asyncio.TimeoutError, TimeoutError):
+            self._lose(host.name, f"set-up took longer than {self.settings.host_timeout_s:g} s")
+        except SSHError as exc:
+            self._lose(host.name, str(exc).split(": ", 1)[-1])
+        return None
+
+    async def _connect_discover(self, k: int) -> HostInfo:
+        host = self.hosts[k]
+        session = await self.pool.session(host)
+        self.sessions[host.name] = session
+        info = await discover_host(session, host, peer=peer_for(self.hosts, k), labels=self.labels,
+                                   timeout=self.settings.host_timeout_s)
+        self.hosts_info[host.name] = info
+        await session.write_file(self._worker_path, WORKER_SOURCE.read_text())
+        await session.run(["mkdir", "-p", f"{REMOTE_DIR}/run"], check=True)
+        return info
+
+    async def _start_worker(self, row: int, host: Any, gpu: int | None) -> None:
+        try:
+            await asyncio.wait_for(self._spawn(row, host, gpu), self.settings.host_timeout_s)
+        except (asyncio.TimeoutError, TimeoutError):
+            self._lose(host.name, f"probe worker did not start within {self.settings.host_timeout_s:g} s")
+        except (SSHError, WorkerGone) as exc:
+            self._lose(host.name, f"probe worker failed to start: {str(exc).split(': ', 1)[-1]}")
+
+    async def _spawn(self, row: int, host: Any, gpu: int | None) -> None:
+        session = self.sessions[host.name]
+        pidfile = f"{REMOTE_DIR}/run/{self.sweep_id}-{row}.pid"
+        worker = RemoteWorker(session, host, row, gpu, self._worker_path, pidfile)
+        self.workers[row] = worker
+        await worker.start(self.settings.host_timeout_s)
+
+    def _lose(self, name: str, reason: str) -> None:
+        if name in self.lost:
+            return
+        self.lost[name] = reason
+        self._emit(HostLost(name, reason))
+        if self.devices:
+            self._fail_host_pairs(name, f"host-lost: {name}: {reason}")
+
+    def _fail_host_pairs(self, name: str, reason: str) -> None:
+        rows = [r for r, h in enumerate(self.device_hosts) if h == name]
+        for rnd in self.rounds:
+            for slot in rnd.slots:
+                for i, j in slot.pairs:
+                    if (i in rows or j in rows) and (i, j) not in self._failed and (i, j) not in self._results:
+                        self._fail(i, j, reason)
+
+    def _fail(self, i: int, j: int, reason: str) -> None:
+        if (i, j) in self._failed:
+            return
+        self._failed[(i, j)] = reason
+        self._emit(PairFailed(i, j, self.devices[i].name, self.devices[j].name, reason))
+
+    # -- pairs ---------------------------------------------------------------------------
+
+    async def _run_slot(self, round_index: int, pairs: Sequence[tuple[int, int]]) -> None:
+        for i, j in pairs:
+            if (i, j) in self._failed:
+                continue
+            a, b = self.device_hosts[i], self.device_hosts[j]
+            if a in self.lost or b in self.lost:
+                self._fail(i, j, f"host-lost: {a if a in self.lost else b}: {self.lost.get(a) or self.lost.get(b)}")
+                continue
+            self._emit(PairStarted(i, j, self.devices[i].name, self.devices[j].name, round_index))
+            await self._measure(i, j)
+
+    async def _measure(self, i: int, j: int) -> None:
+        best: dict[tuple[int, int], _Direction] = {}
+        wall = transfer = 0.0
+        for attempt in (1, 2):
+            started = time.monotonic()
+            try:
+                out = await self._pair_job(i, j)
+            except _PairError as exc:
+                self._fail(i, j, exc.reason)
+                return
+            wall, transfer = time.monotonic() - started, out["transfer_s"]
+            for key, samples, iface in ((i, j), out["a"], out["a_if"]), ((j, i), out["b"], out["b_if"]):
+                fit = fit_alpha_beta(samples, min_r2=self.settings.min_r2)
+                prev = best.get(key)
+                if prev is None or (not prev.fit.ok and _better(fit, prev.fit)):
+                    best[key] = _Direction(fit, attempt, iface, tuple(fastest(samples)))
+            if all(d.fit.ok for d in best.values()):
+                break
+        for (src, dst), d in best.items():
+            self._results[(src, dst)] = d
+            flag = None if d.fit.ok else f"{d.fit.problem} (after retry)"
+            alpha_ms, beta = _alpha_beta(d.fit)
+            self._emit(PairMeasured(src, dst, self.devices[src].name, self.devices[dst].name, alpha_ms,
+                                    beta, d.fit.r2, flag, d.attempts, wall, transfer, d.interface,
+                                    d.points))
+
+    async def _pair_job(self, i: int, j: int) -> dict[str, Any]:
+        s = self.settings
+        wa, wb = self.workers.get(i), self.workers.get(j)
+        if wa is None or wb is None:
+            raise _PairError("no worker")
+        ha, hb = self.hosts_by_name(self.device_hosts[i]), self.hosts_by_name(self.device_hosts[j])
+        same = ha.name == hb.name
+        job_id = f"{i}-{j}-{time.monotonic_ns()}"
+        common = {"op": "pair", "id": job_id, "sizes": list(s.sizes_bytes), "reps": s.reps,
+                  "warmup": s.warmup, "max_transfer_s": s.max_transfer_s, "min_bytes": s.min_bytes,
+                  "timeout_s": s.pair_timeout_s}
+        master = "127.0.0.1" if same else ha.address
+        job_a = dict(common, rank=0, master_addr=master, master_port=0,
+                     peer_addr="127.0.0.1" if same else hb.address, ifname=None if same else ha.interface)
+        job_b = dict(common, rank=1, master_addr=master,
+                     peer_addr="127.0.0.1" if same else ha.address, ifname=None if same else hb.interface)
+        deadline = time.monotonic() + s.pair_timeout_s
+        try:
+            await wa.send(job_a)
+            msg = await wa.recv(deadline - time.monotonic())
+            if msg.get("event") != "listening":
+                raise _PairError(f"{wa.host.name}: {msg.get('error') or msg}")
+            job_b["master_port"] = msg["port"]
+            await wb.send(job_b)
+            ra, rb = await asyncio.gather(wa.recv(deadline - time.monotonic() + 5),
+                                          wb.recv(deadline - time.monotonic() + 5))
+        except (asyncio.TimeoutError, TimeoutError):
+            await self._recover([wa, wb])
+            raise _PairError(f"timeout after {s.pair_timeout_s:g} s") from None
+        except WorkerGone as exc:
+            await self._recover([wa, wb])
+            raise _PairError(self._gone_reason(wa, wb, str(exc))) from None
+        for r, w in ((ra, wa), (rb, wb)):
+            if not r.get("ok"):
+                await self._recover([wa, wb], only_dead=True)
+                raise _PairError(f"{w.host.name}: {r.get('error')}")
+        return {"a": ra["samples"], "b": rb["samples"], "a_if": ra.get("interface"),
+                "b_if": rb.get("interface"), "transfer_s": max(ra["transfer_s"], rb["transfer_s"])}
+
+    def _gone_reason(self, wa: RemoteWorker, wb: RemoteWorker, why: str) -> str:
+        for w in (wa, wb):
+            if w.host.name in self.lost:
+                return f"host-lost: {w.host.name}: {self.lost[w.host.name]}"
+        return why
+
+    def hosts_by_name(self, name: str) -> Any:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise KeyError(name)
+
+    async def _recover(self, workers: Sequence[RemoteWorker], only_dead: bool = False) -> None:
+        """After a failed pair: kill the pair's workers and start them again, or lose hosts."""
+        for w in workers:
+            name = w.host.name
+            if name in self.lost:
+                continue
+            session = self.sessions[name]
+            try:
+                await session.run(["true"], timeout=10)  # reconnects once if the link dropped
+            except SSHError as exc:
+                w.close()
+                self._lose(name, f"no longer answers: {str(exc).split(': ', 1)[-1]}")
+                continue
+            if only_dead and w.proc is not None and w.proc.exit_status is None and not w.proc.stdout.at_eof():
+                continue
+            try:
+                await session.run_shell(kill_script([w.pidfile]), timeout=10)
+                w.close()
+                if w.row in self._restarted:
+                    raise SSHError(name, "probe worker failed twice")
+                self._restarted.add(w.row)
+                w.session = session
+                await w.start(self.settings.host_timeout_s)
+            except (SSHError, WorkerGone, asyncio.TimeoutError, TimeoutError) as exc:
+                w.close()
+                self._lose(name, f"probe worker could not be restarted: {str(exc).split(': ', 1)[-1]}")
+
+    # -- end -----------------------------------------------------------------------------
+
+    async def _cleanup(self) -> None:
+        by_host: dict[str, list[RemoteWorker]] = {}
+        for w in self.workers.values():
+            by_host.setdefault(w.host.name, []).append(w)
+
+        async def finish(name: str, workers: list[RemoteWorker]) -> None:
+            for w in workers:
+                if w.proc is not None and not self._cancelled:
+                    try:
+                        w.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+                        w.proc.stdin.write_eof()
+                    except Exception:
+                        pass
+            session = self.sessions.get(name)
+            if session is not None and name not in self.lost:
+                try:
+                    await session.run_shell(kill_script([w.pidfile for w in workers]), timeout=10, retry=False)
+                except SSHError:
+                    pass
+            for w in workers:
+                w.close()
+
+        await asyncio.gather(*(finish(n, ws) for n, ws in by_host.items()), return_exceptions=True)
+
+    def _build_fabric(self) -> Fabric:
+        n = len(self.devices) or 1
+        if not self.devices:  # nothing reachable and no rows known: keep the hosts as rows
+            self.devices = [Device(h.name) for h in self.hosts]
+            self.device_hosts = [h.name for h in self.hosts]
+            n = len(self.devices)
+        alpha = np.full((n, n), np.nan)
+        beta = np.full((n, n), np.nan)
+        np.fill_diagonal(alpha, 0.0)
+        np.fill_diagonal(beta, 0.0)
+        r2: list[list[float | None]] = [[None] * n for _ in range(n)]
+        flag: list[list[str | None]] = [[None] * n for _ in range(n)]
+        iface: list[list[str | None]] = [[None] * n for _ in range(n)]
+        for (i, j), d in self._results.items():
+            alpha[i, j], beta[i, j] = _alpha_beta(d.fit)
+            if not math.isfinite(beta[i, j]):
+                alpha[i, j] = beta[i, j] = np.nan
+            r2[i][j] = round(d.fit.r2, 6)
+            flag[i][j] = None if d.fit.ok else f"{d.fit.problem} (after retry)"
+            iface[i][j] = d.interface
+        for (i, j), reason in self._failed.items():
+            for a, b in ((i, j), (j, i)):
+                if (a, b) not in self._results:
+                    flag[a][b] = reason
+        for i in range(n):
+            for j in range(n):
+                if i != j and flag[i][j] is None and not math.isfinite(alpha[i, j]):
+                    flag[i][j] = "cancelled" if self._cancelled else "not measured"
+        labels = [d.region or d.host for d in self.devices]
+        return Fabric(alpha, beta, labels, tuple(self.devices),
+                      measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                      meta=self._meta(), extras={"fit_r2": r2, "fit_flag": flag, "probe_interface": iface},
+                      source="<probe sweep>")
+
+    def _meta(self) -> dict[str, Any]:
+        hosts: dict[str, Any] = {}
+        for h in self.hosts:
+            info = self.hosts_info.get(h.name)
+            hello = next((w.hello for w in self.workers.values() if w.host.name == h.name and w.hello), {})
+            entry: dict[str, Any] = {"address": h.address}
+            if info is not None:
+                entry.update({
+                    "hostname": info.hostname, "gpus": [g.name for g in info.gpus],
+                    "topology": info.topo.summary() if info.topo else None,
+                    "torch": hello.get("torch") or info.torch, "nccl": hello.get("nccl") or info.nccl,
+                    "backend": hello.get("backend"), "python": info.python,
+                    "interface": info.interface, "mtu": info.mtu,
+                    "congestion_control": info.congestion_control, "location_source": info.location_source,
+                })
+            if h.name in self.lost:
+                entry["lost"] = self.lost[h.name]
+            hosts[h.name] = entry
+        meta: dict[str, Any] = {}
+        for key in ("torch", "nccl", "backend", "interface", "mtu", "congestion_control"):
+            values = {name: e.get(key) for name, e in hosts.items() if key in e}
+            distinct = set(json.dumps(v) for v in values.values())
+            meta[key] = next(iter(values.values())) if len(distinct) == 1 else values
+        meta["probe"] = dict(self.settings.to_json(), sweep_id=self.sweep_id,
+                             elapsed_s=round(time.monotonic() - self._started, 3),
+                             rounds=len(self.rounds), command=self.settings.command,
+                             timing="sender clock, round trip of (payload there, 1 byte back); "
+                                    "alpha = half the fitted intercept")
+        meta["hosts"] = hosts
+        return meta
+
+
+class _PairError(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = " ".join(reason.split())[:300]
+
+
+def _better(new: Fit, old: Fit) -> bool:
+    if new.ok != old.ok:
+        return new.ok
+    return new.r2 > old.r2
+
+
+def _alpha_beta(fit: Fit) -> tuple[float, float]:
+    """(alpha_ms, beta_gbps) of a direction: half the round-trip intercept, >= 0."""
+    alpha_ms = max(fit.intercept_s, 0.0) / 2.0 * 1000.0
+    return alpha_ms, fit.beta_gbps
+
+
+def _source_hash() -> str:
+    return hashlib.sha256(WORKER_SOURCE.read_bytes()).hexdigest()[:12]
