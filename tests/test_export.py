@@ -1,0 +1,119 @@
+"""Exports: each format reads back to the same mapping and matches what its tool reads.
+
+Format references (checked against the tools' own readers):
+
+- Slurm ``slurm_read_hostfile`` (used for ``SLURM_HOSTFILE`` with
+  ``--distribution=arbitrary``): one NodeName per line, task ``i`` on line ``i``; a
+  ``#`` ends the line unless escaped; empty lines are skipped; a non-empty line must
+  start with a letter or digit; ``,`` separates names and ``name*N`` repeats one.
+- Open MPI rankfile (``rmaps_rank_file_lex.l``): ``rank N=host slot=S``; ``#`` to the
+  end of a line is a comment; hosts are hostnames, IPv4 addresses or plain strings.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from geoconsole.launch_export import (
+    FORMATS,
+    ExportError,
+    export,
+    parse,
+    parse_rankfile,
+    parse_slurm,
+    parse_torchrun,
+    plan_slots,
+    rank_map_of,
+)
+from geoconsole.launch_plan import LaunchHost, build_plan
+from solver.fabric import Device
+
+HOSTS = [LaunchHost(f"node{i}", f"10.1.0.{i}", user="train") for i in range(3)]
+
+
+def _plan(rank_map=None, seed=0):
+    devices = [Device(f"node{i // 2}", (i % 2) * 2) for i in range(6)]
+    rank_map = rank_map or np.random.default_rng(seed).permutation(6).tolist()
+    return build_plan(rank_map, devices, HOSTS, ["train.py", "--config", "a b.yaml"])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_format_round_trips_to_the_same_mapping(fmt, seed):
+    plan = _plan(seed=seed)
+    slots = parse(export(plan, fmt), fmt)
+    assert slots == plan_slots(plan)
+    assert rank_map_of(slots) == plan.rank_map
+
+
+def test_slurm_hostfile_lines_are_the_tasks_in_rank_order():
+    plan = _plan([5, 4, 3, 2, 1, 0])
+    text = export(plan, "slurm")
+    host_lines = [line.split("#", 1)[0] for line in text.splitlines()]
+    host_lines = [line for line in host_lines if line]
+    assert host_lines == [p.host for p in plan.processes]  # task r on line r
+    for line in host_lines:  # what slurm_read_hostfile accepts as a name line
+        assert line[0].isalnum() and "," not in line and "*" not in line and " " not in line
+    # Slurm's own reader semantics: comments ignored, name*N repeats
+    assert [s.host for s in parse_slurm("# x\nn1*2\nn2 # c\n\nn3,n1\n")] == ["n1", "n1", "n2", "n3", "n1"]
+    with pytest.raises(ExportError, match="letter or digit"):
+        parse_slurm("-bad\n")
+
+
+def test_rankfile_lines_follow_open_mpis_grammar():
+    plan = _plan()
+    text = export(plan, "rankfile")
+    rules = re.compile(r"rank (\d+)=([A-Za-z][A-Za-z0-9_.\-]*) slot=(\d+)( #.*)?")
+    body = [line for line in text.splitlines() if not line.startswith("#")]
+    assert len(body) == 6
+    for line, p in zip(body, plan.processes):
+        m = rules.fullmatch(line)
+        assert m, line
+        assert int(m.group(1)) == p.rank and m.group(2) == p.host and int(m.group(3)) == p.gpu
+    # documented examples read without our comments (GPU falls back to the slot)
+    slots = parse_rankfile("rank 0=aa slot=1\nrank 1=bb slot=0\n")
+    assert [(s.rank, s.host, s.gpu) for s in slots] == [(0, "aa", 1), (1, "bb", 0)]
+    with pytest.raises(ExportError, match="rank 1 missing"):
+        parse_rankfile("rank 0=aa slot=1\nrank 2=bb slot=0\n")
+
+
+def test_torchrun_script_is_valid_bash_with_one_launch_per_rank():
+    plan = _plan()
+    text = export(plan, "torchrun")
+    assert text.startswith("#!/usr/bin/env bash")
+    if shutil.which("bash"):
+        proc = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True)
+        assert proc.returncode == 0, proc.stderr
+    launches = [line for line in text.splitlines() if line.startswith("launch ")]
+    assert len(launches) == 6 and "train@10.1.0." in launches[0]
+    assert "--rdzv-backend=static" in text and "--nproc-per-node=1" in text
+
+
+def test_tampered_torchrun_script_is_refused():
+    text = export(_plan([0, 1, 2, 3, 4, 5]), "torchrun")
+    bad = text.replace("--node-rank=3", "--node-rank=4", 1)
+    with pytest.raises(ExportError, match="--node-rank 4 differs from rank 3"):
+        parse_torchrun(bad)
+    missing = "\n".join(line for line in text.splitlines() if not line.startswith("launch 5 "))
+    with pytest.raises(ExportError, match="--nnodes 6 for 5 ranks"):
+        parse_torchrun(missing)
+
+
+def test_host_names_a_format_cannot_carry_are_refused():
+    hosts = [LaunchHost("bad,name", "10.0.0.1"), LaunchHost("ok", "10.0.0.2")]
+    plan = build_plan([0, 1], [Device("bad,name", 0), Device("ok", 0)], hosts, ["t.py"])
+    for fmt in ("slurm", "rankfile"):
+        with pytest.raises(ExportError, match="bad,name"):
+            export(plan, fmt)
+
+
+def test_json_parse_rejects_other_documents():
+    with pytest.raises(ExportError, match="geoconsole launch plan"):
+        parse('{"labels": []}', "json")
+    with pytest.raises(ExportError, match="invalid JSON"):
+        parse("{", "json")
