@@ -12,6 +12,7 @@ Format references (checked against the tools' own readers):
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -117,3 +118,79 @@ def test_json_parse_rejects_other_documents():
         parse('{"labels": []}', "json")
     with pytest.raises(ExportError, match="invalid JSON"):
         parse("{", "json")
+
+
+# --- the exported torchrun script on the emulated fleet ---------------------------------
+
+
+def _export_script(fleet, tmp_path, program_text: str, rank_map: str, port: int):
+    import json as _json
+    import sys
+    import uuid
+
+    from typer.testing import CliRunner
+
+    from geoconsole.cli import app
+
+    names = [h.name for h in fleet.hosts]
+    fabric = tmp_path / "fleet.json"
+    n = len(names)
+    fabric.write_text(_json.dumps({
+        "labels": names,
+        "alpha_ms": [[0 if i == j else 1 for j in range(n)] for i in range(n)],
+        "beta_gbps": [[0 if i == j else 1 for j in range(n)] for i in range(n)],
+        "devices": [{"host": h} for h in names],
+    }))
+    token = uuid.uuid4().hex[:10]
+    prog = fleet.dir / f"exported-{token}.py"
+    prog.write_text(program_text)
+    script = tmp_path / "launch.sh"
+    r = CliRunner().invoke(app, ["--headless", "export", "-m", str(fabric), "-i", str(fleet.inventory_path),
+                                 "-r", rank_map, "--format", "torchrun", "--port", str(port),
+                                 "-o", str(script), "--", str(prog)])
+    assert r.exit_code == 0, r.output
+    env = dict(os.environ, SSH=f"ssh -i {fleet.client_key_path} -o UserKnownHostsFile={fleet.known_hosts_path} "
+                              "-o StrictHostKeyChecking=yes")
+    return script, env, token
+
+
+@pytest.mark.fleet
+def test_exported_torchrun_script_runs_every_rank_where_planned(emulated_fleet, tmp_path):
+    if shutil.which("ssh") is None:
+        pytest.skip("needs the OpenSSH client")
+    fleet = emulated_fleet
+    program = ("import os, socket\n"
+               "print('REPORT', os.environ['RANK'], os.environ['WORLD_SIZE'], socket.gethostname(), flush=True)\n")
+    script, env, _token = _export_script(fleet, tmp_path, program, "1,3,0,2", 29680)
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    reports = {line.split()[4]: line for line in proc.stdout.splitlines() if " REPORT " in line}
+    # rank_map 1,3,0,2: h0 runs rank 1, h1 rank 3, h2 rank 0, h3 rank 2
+    for rank, host in (("0", "h2"), ("1", "h0"), ("2", "h3"), ("3", "h1")):
+        assert reports[rank] == f"[rank {rank} {host}] REPORT {rank} 4 {host}", proc.stdout
+
+
+@pytest.mark.fleet
+def test_stopping_the_exported_script_stops_every_remote_rank(emulated_fleet, tmp_path):
+    import signal
+    import time
+
+    if shutil.which("ssh") is None:
+        pytest.skip("needs the OpenSSH client")
+    fleet = emulated_fleet
+    program = "import os, time\nprint('UP', os.environ['RANK'], flush=True)\ntime.sleep(300)\n"
+    script, env, token = _export_script(fleet, tmp_path, program, "0,1,2,3", 29690)
+    proc = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    up, deadline = 0, time.monotonic() + 90
+    while up < 4 and time.monotonic() < deadline:
+        up += " UP " in proc.stdout.readline()
+    assert up == 4
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    left, deadline = None, time.monotonic() + 30
+    while left != [] and time.monotonic() < deadline:
+        left = [cmd for h in fleet.hosts for _pid, cmd in fleet.processes(h.name) if token in cmd]
+        time.sleep(0.3)
+    assert left == []
