@@ -1,9 +1,278 @@
-"""Headless sub-commands: fleet."""
+"""Headless sub-commands for the fleet: ``inventory`` (discovery table) and ``probe``.
+
+asyncssh and the probes package are imported inside the commands (asyncssh plus
+cryptography cost ~0.3 s), so other commands never pay for them.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
 import typer
+
+from geoconsole.errors import UserError, cli_errors
+from geoconsole.exitcodes import ExitCode
+
+INVENTORY = typer.Option(..., "--inventory", "-i", help="Fleet inventory: TOML, or a hostfile ('host slots=N').")
+KNOWN_HOSTS = typer.Option(Path("~/.ssh/known_hosts"), "--known-hosts", help="known_hosts file to verify host keys against.")
+ACCEPT_NEW = typer.Option(False, "--accept-new", help="Trust hosts whose key is unknown and record their keys in known_hosts (a changed key is still refused).")
+SSH_CONFIG = typer.Option(Path("~/.ssh/config"), "--ssh-config", help="OpenSSH client config whose Host aliases the inventory may use.")
+REGION = typer.Option(None, "--region", help="Region for hosts that have none (inventory, GCE metadata).")
+ZONE = typer.Option(None, "--zone", help="Zone for hosts that have none.")
+GROUP = typer.Option(None, "--network-group", help="Network group for hosts that have none.")
+CONNECT_TIMEOUT = typer.Option(10.0, "--connect-timeout", min=0.1, help="Seconds to connect and log in to a host.")
+
+
+def _load_inventory(path: Path, ssh_config: Path):
+    from geoconsole.inventory import load_inventory
+
+    return load_inventory(path, ssh_config=ssh_config)
+
+
+def _pool(known_hosts: Path, accept_new: bool, connect_timeout: float):
+    from probes.ssh import SSHPool  # asyncssh: imported only by fleet commands
+
+    return SSHPool(known_hosts=known_hosts.expanduser(), accept_new=accept_new,
+                   connect_timeout=connect_timeout)
+
+
+def _report_accepted(pool) -> None:
+    for address, algorithm, fingerprint in pool.accepted:
+        print(f"note: recorded new host key for {address} ({algorithm} {fingerprint}) in {pool.known_hosts_path}",
+              file=sys.stderr)
+
+
+def _labels(region, zone, group) -> dict[str, Optional[str]]:
+    return {"region": region, "zone": zone, "network_group": group}
+
+
+def inventory_command(
+    inventory: Path = INVENTORY,
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON document instead of a table."),
+    known_hosts: Path = KNOWN_HOSTS,
+    accept_new: bool = ACCEPT_NEW,
+    ssh_config: Path = SSH_CONFIG,
+    region: Optional[str] = REGION,
+    zone: Optional[str] = ZONE,
+    network_group: Optional[str] = GROUP,
+    connect_timeout: float = CONNECT_TIMEOUT,
+) -> None:
+    """Connect to every host and show what it has: GPUs, links, versions, network, location."""
+    import asyncio
+
+    from probes.discovery import discover_fleet
+
+    inv = _load_inventory(inventory, ssh_config)
+    pool = _pool(known_hosts, accept_new, connect_timeout)
+
+    async def run():
+        async with pool:
+            return await discover_fleet(pool, inv.hosts, labels=_labels(region, zone, network_group))
+
+    results = asyncio.run(run())
+    _report_accepted(pool)
+    failures = [r for r in results if isinstance(r, Exception)]
+    if json_out:
+        doc = {"inventory": str(inventory), "hosts": [
+            {"name": h.name, "error": str(r)} if isinstance(r, Exception) else r.to_json()
+            for h, r in zip(inv.hosts, results)]}
+        print(json.dumps(doc, indent=1))
+    else:
+        _print_inventory(inv.hosts, results)
+    if failures:
+        noun = "host" if len(failures) == 1 else "hosts"
+        raise UserError(f"{len(failures)} of {len(results)} {noun} failed: {failures[0]}", ExitCode.REMOTE)
+
+
+def _print_inventory(hosts, results) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Fleet", show_lines=False)
+    for col in ("host", "hostname", "devices", "links", "torch", "NCCL", "interface", "TCP cc", "location"):
+        table.add_column(col, overflow="fold")
+    for host, r in zip(hosts, results):
+        if isinstance(r, Exception):
+            table.add_row(host.name, "-", f"[red]{str(r).split(': ', 1)[-1]}[/red]", "", "", "", "", "", "")
+            continue
+        if r.cpu_host:
+            devices = "CPU (gloo)"
+        else:
+            names = sorted({g.name for g in r.gpus})
+            devices = f"{len(r.devices)}/{len(r.gpus)}x {', '.join(names)}"
+        links = r.topo.summary() if r.topo else ("-" if r.cpu_host else (r.topo_error or "?"))
+        nics = f"; NICs {', '.join(r.topo.nics)}" if r.topo and r.topo.nics else ""
+        where = "/".join(x for x in (r.region, r.zone, r.network_group) if x) or "-"
+        if r.location_source:
+            where += f" ({r.location_source})"
+        iface = f"{r.interface or '?'} mtu {r.mtu or '?'}"
+        table.add_row(r.name, r.hostname, devices, links + nics, r.torch or "-", r.nccl or "-",
+                      iface, r.congestion_control or "?", where)
+    Console(width=max(120, Console().width)).print(table)
+    for host, r in zip(hosts, results):
+        if not isinstance(r, Exception):
+            for note in r.notes:
+                print(f"note: {host.name}: {note}", file=sys.stderr)
+
+
+def probe_command(
+    inventory: Path = INVENTORY,
+    out: Path = typer.Option(..., "--out", "-o", help="Write the measured fabric JSON here."),
+    known_hosts: Path = KNOWN_HOSTS,
+    accept_new: bool = ACCEPT_NEW,
+    ssh_config: Path = SSH_CONFIG,
+    sizes_mb: str = typer.Option("0.25,1,4,16", "--sizes-mb", help="Payload sizes in MiB, comma separated (scaled down on slow links)."),
+    reps: int = typer.Option(3, "--reps", min=1, help="Timed repetitions per size."),
+    warmup: int = typer.Option(3, "--warmup", min=0, help="Untimed small transfers before each direction."),
+    max_transfer_s: float = typer.Option(0.25, "--max-transfer-s", min=0.001, help="Scale sizes so the largest transfer takes about this long."),
+    pair_timeout: float = typer.Option(60.0, "--pair-timeout", min=1.0, help="Seconds allowed for one pair (both directions)."),
+    host_timeout: float = typer.Option(90.0, "--host-timeout", min=1.0, help="Seconds allowed for one host's set-up (connect, discovery, worker start)."),
+    sequential: bool = typer.Option(False, "--sequential", help="Probe one pair at a time instead of tournament rounds."),
+    events: Optional[Path] = typer.Option(None, "--events", help="Also write every sweep event as a JSON line here."),
+    region: Optional[str] = REGION,
+    zone: Optional[str] = ZONE,
+    network_group: Optional[str] = GROUP,
+    connect_timeout: float = CONNECT_TIMEOUT,
+) -> None:
+    """Measure latency and bandwidth between every device pair; write a fabric JSON."""
+    import asyncio
+
+    from probes.sweep import ProbeSettings
+
+    inv = _load_inventory(inventory, ssh_config)
+    settings = ProbeSettings(
+        sizes_bytes=_sizes(sizes_mb), reps=reps, warmup=warmup, max_transfer_s=max_transfer_s,
+        pair_timeout_s=pair_timeout, host_timeout_s=host_timeout, sequential=sequential,
+        command=" ".join(["geoconsole", *sys.argv[1:]]) if sys.argv else None,
+    )
+    if not out.parent.exists():
+        raise UserError(f"--out: folder {out.parent} does not exist")
+    pool = _pool(known_hosts, accept_new, connect_timeout)
+    labels = _labels(region, zone, network_group)
+    events_file = events.open("w") if events else None
+    try:
+        fabric, done, interrupted = asyncio.run(_probe(inv.hosts, pool, settings, labels, out, events_file))
+    finally:
+        if events_file:
+            events_file.close()
+    _report_accepted(pool)
+    _summary(fabric, done, out)
+    if interrupted:
+        raise UserError(f"interrupted; partial fabric written to {out}", ExitCode.INTERRUPTED)
+    from probes.result import unmeasured_message
+
+    message = unmeasured_message(fabric)
+    if message:
+        raise UserError(f"{message}; fabric written to {out} with nulls", ExitCode.REMOTE)
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--sizes-mb: expected numbers separated by commas, got {text!r}") from None
+    if len(set(values)) < 2 or any(v <= 0 for v in values):
+        raise UserError(f"--sizes-mb: need at least 2 distinct positive sizes, got {text!r}")
+    return tuple(sorted({int(v * (1 << 20)) for v in values}))
+
+
+async def _probe(hosts, pool, settings, labels, out: Path, events_file):
+    import asyncio
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from probes.sweep import (Discovered, HostLost, PairFailed, PairMeasured, RoundStarted, Sweep,
+                              SweepDone)
+
+    console = Console(stderr=True)
+    interrupted = False
+    done = None
+    async with pool:
+        sweep = Sweep(hosts, pool=pool, settings=settings, labels=labels)
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), console=console, transient=False)
+        task = progress.add_task("connecting", total=None)
+        with progress:
+            try:
+                async for ev in sweep.events():
+                    if events_file is not None:
+                        events_file.write(json.dumps(_event_json(ev)) + "\n")
+                        events_file.flush()
+                    if isinstance(ev, Discovered):
+                        progress.update(task, total=2 * ev.pairs, description=f"{len(ev.devices)} devices")
+                    elif isinstance(ev, RoundStarted):
+                        progress.update(task, description=f"round {ev.index + 1}/{ev.total}")
+                    elif isinstance(ev, PairMeasured):
+                        progress.advance(task, 1)
+                    elif isinstance(ev, PairFailed):
+                        progress.advance(task, 2)
+                        progress.console.print(f"pair {ev.src} - {ev.dst} failed: {ev.reason}")
+                    elif isinstance(ev, HostLost):
+                        progress.console.print(f"host {ev.host} lost: {ev.reason}")
+                    elif isinstance(ev, SweepDone):
+                        done = ev
+            except (asyncio.CancelledError, KeyboardInterrupt):
+                interrupted = True
+                await sweep.cancel()
+    fabric = sweep.fabric
+    fabric.save(out)
+    return fabric, done, interrupted
+
+
+def _event_json(ev: Any) -> dict[str, Any]:
+    from dataclasses import asdict, fields
+
+    from probes.sweep import Discovered, SweepDone
+
+    name = type(ev).__name__
+    if isinstance(ev, SweepDone):
+        return {"event": name, "elapsed_s": ev.elapsed_s, "measured": ev.measured,
+                "failed": ev.failed, "cancelled": ev.cancelled}
+    if isinstance(ev, Discovered):
+        return {"event": name, "devices": [d.to_json() for d in ev.devices],
+                "hosts": [h.name for h in ev.hosts], "rounds": ev.rounds, "pairs": ev.pairs}
+    doc = {"event": name}
+    doc.update({f.name: getattr(ev, f.name) for f in fields(ev)})
+    return json.loads(json.dumps(doc, default=str))
+
+
+def _summary(fabric, done, out: Path) -> None:
+    import math
+
+    from probes.result import poor_fits, unmeasured_pairs
+
+    n = fabric.n
+    measured = [(i, j) for i in range(n) for j in range(n)
+                if i != j and math.isfinite(fabric.beta_gbps[i, j])]
+    elapsed = f" in {done.elapsed_s:.1f} s" if done else ""
+    rounds = fabric.meta.get("probe", {}).get("rounds")
+    print(f"measured {len(measured)} of {n * (n - 1)} directional pairs on {n} devices{elapsed}"
+          f" ({rounds} rounds); wrote {out}")
+    slowest = sorted(measured, key=lambda p: fabric.beta_gbps[p])[:5]
+    if slowest:
+        print("slowest links:")
+        r2 = fabric.extras.get("fit_r2")
+        for i, j in slowest:
+            fit = f"  R^2 {r2[i][j]:.4f}" if isinstance(r2, list) and r2[i][j] is not None else ""
+            print(f"  {fabric.device_name(i)} -> {fabric.device_name(j)}: "
+                  f"{fabric.beta_gbps[i, j]:.3f} Gbps, {fabric.alpha_ms[i, j]:.3f} ms{fit}")
+    poor = poor_fits(fabric)
+    if poor:
+        print("poor fits (kept, flagged):")
+        for src, dst, r2v, flag in poor:
+            print(f"  {src} -> {dst}: {flag}")
+    missing = unmeasured_pairs(fabric)
+    if missing:
+        print("unmeasured:")
+        for m in missing:
+            print(f"  {m.src} - {m.dst}: {m.reason or 'unknown'}")
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to ``app``."""
+    app.command("inventory")(cli_errors(inventory_command))
+    app.command("probe")(cli_errors(probe_command))

@@ -506,30 +506,63 @@ class Sweep:
         try:
             await wa.send(job_a)
             msg = await wa.recv(deadline - time.monotonic())
-            if msg.get("event") != "listening":
-                raise _PairError(f"{wa.host.name}: {msg.get('error') or msg}")
-            job_b["master_port"] = msg["port"]
-            await wb.send(job_b)
-            ra, rb = await asyncio.gather(wa.recv(deadline - time.monotonic() + 5),
-                                          wb.recv(deadline - time.monotonic() + 5))
-        except (asyncio.TimeoutError, TimeoutError):
-            await self._recover([wa, wb])
-            raise _PairError(f"timeout after {s.pair_timeout_s:g} s") from None
-        except WorkerGone as exc:
-            await self._recover([wa, wb])
-            raise _PairError(self._gone_reason(wa, wb, str(exc))) from None
-        for r, w in ((ra, wa), (rb, wb)):
+        except (asyncio.TimeoutError, TimeoutError, WorkerGone) as exc:
+            await self._recover([wa])
+            raise _PairError(self._failure_reason([wa], exc)) from None
+        if msg.get("event") != "listening":
+            raise _PairError(f"{ha.name}: {msg.get('error') or msg}")
+        job_b["master_port"] = msg["port"]
+        answers = await self._both_answers(wa, wb, job_b, deadline)
+        broken = [w for w, a in zip((wa, wb), answers) if isinstance(a, BaseException)]
+        if broken:
+            await self._recover(broken)
+            first = next(a for a in answers if isinstance(a, BaseException))
+            raise _PairError(self._failure_reason(broken, first))
+        ra, rb = answers
+        for r, host in ((ra, ha), (rb, hb)):
             if not r.get("ok"):
-                await self._recover([wa, wb], only_dead=True)
-                raise _PairError(f"{w.host.name}: {r.get('error')}")
+                raise _PairError(f"{host.name}: {r.get('error')}")
         return {"a": ra["samples"], "b": rb["samples"], "a_if": ra.get("interface"),
                 "b_if": rb.get("interface"), "transfer_s": max(ra["transfer_s"], rb["transfer_s"])}
 
-    def _gone_reason(self, wa: RemoteWorker, wb: RemoteWorker, why: str) -> str:
-        for w in (wa, wb):
+    async def _both_answers(self, wa: RemoteWorker, wb: RemoteWorker, job_b: dict[str, Any],
+                            deadline: float) -> list[Any]:
+        """Both workers' results (or the exception each hit).
+
+        When one side fails, the other gets a short grace to report the broken transfer
+        itself (gloo notices a closed peer at once), so a healthy worker is reused
+        instead of being killed and paying for ``import torch`` again.
+        """
+        async def answer(w: RemoteWorker, send: dict[str, Any] | None) -> dict[str, Any]:
+            if send is not None:
+                await w.send(send)
+            return await w.recv(max(deadline - time.monotonic(), 0.0) + 5)
+
+        tasks = [asyncio.create_task(answer(wa, None)), asyncio.create_task(answer(wb, job_b))]
+        try:
+            done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if pending:
+                first = next(iter(done))
+                failed = first.exception() is not None or not first.result().get("ok")
+                await asyncio.wait(pending, timeout=10.0 if failed else None)
+        finally:
+            for t in tasks:
+                if not t.done():
+                    t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        out: list[Any] = []
+        for t in tasks:
+            exc = t.exception() if not t.cancelled() else asyncio.TimeoutError()
+            out.append(exc if exc is not None else t.result())
+        return out
+
+    def _failure_reason(self, workers: Sequence[RemoteWorker], exc: BaseException) -> str:
+        for w in workers:
             if w.host.name in self.lost:
                 return f"host-lost: {w.host.name}: {self.lost[w.host.name]}"
-        return why
+        if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+            return f"timeout after {self.settings.pair_timeout_s:g} s"
+        return f"{workers[0].host.name}: {exc}"
 
     def hosts_by_name(self, name: str) -> Any:
         for h in self.hosts:
@@ -537,8 +570,8 @@ class Sweep:
                 return h
         raise KeyError(name)
 
-    async def _recover(self, workers: Sequence[RemoteWorker], only_dead: bool = False) -> None:
-        """After a failed pair: kill the pair's workers and start them again, or lose hosts."""
+    async def _recover(self, workers: Sequence[RemoteWorker]) -> None:
+        """Kill broken workers and start them again once; a host that no longer answers is lost."""
         for w in workers:
             name = w.host.name
             if name in self.lost:
@@ -549,8 +582,6 @@ class Sweep:
             except SSHError as exc:
                 w.close()
                 self._lose(name, f"no longer answers: {str(exc).split(': ', 1)[-1]}")
-                continue
-            if only_dead and w.proc is not None and w.proc.exit_status is None and not w.proc.stdout.at_eof():
                 continue
             try:
                 await session.run_shell(kill_script([w.pidfile]), timeout=10)
