@@ -83,8 +83,7 @@ def inventory_command(
     else:
         _print_inventory(inv.hosts, results)
     if failures:
-        noun = "host" if len(failures) == 1 else "hosts"
-        raise UserError(f"{len(failures)} of {len(results)} {noun} failed: {failures[0]}", ExitCode.REMOTE)
+        raise UserError(f"{len(failures)} of {len(results)} hosts failed: {failures[0]}", ExitCode.REMOTE)
 
 
 def _print_inventory(hosts, results) -> None:

@@ -1,0 +1,164 @@
+"""Inventory: TOML, hostfile, ~/.ssh/config aliases, and one-line errors for bad entries."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from typer.testing import CliRunner
+
+from geoconsole.cli import app
+from geoconsole.inventory import InventoryError, load_inventory, read_ssh_config, ssh_config_for
+
+SSH_CONFIG = textwrap.dedent("""\
+    Host gpu-a
+        HostName 10.1.0.5
+        User trainer
+        Port 2222
+        IdentityFile ~/.ssh/gpu_key
+
+    Host gpu-* !gpu-x
+        User fallback
+        Port 2200
+
+    Host *
+        User everyone
+    """)
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_toml_with_defaults_and_labels(tmp_path):
+    path = write(tmp_path, "hosts.toml", """\
+        [defaults]
+        user = "ubuntu"
+        python = "/opt/venv/bin/python"
+        region = "eu-west"
+
+        [[hosts]]
+        name = "a"
+        address = "10.0.0.1"
+        gpus = [0, 2]
+        zone = "eu-west-1b"
+        network_group = "rack-7"
+
+        [[hosts]]
+        address = "10.0.0.2"
+        port = 2022
+        user = "root"
+        interface = "ens5"
+        region = "us-east"
+        """)
+    inv = load_inventory(path, ssh_config=None)
+    a, b = inv.hosts
+    assert (a.name, a.address, a.port, a.user, a.python) == ("a", "10.0.0.1", 22, "ubuntu", "/opt/venv/bin/python")
+    assert (a.gpus, a.region, a.zone, a.network_group) == ((0, 2), "eu-west", "eu-west-1b", "rack-7")
+    assert (b.name, b.port, b.user, b.interface, b.gpus, b.region) == ("10.0.0.2", 2022, "root", "ens5", None, "us-east")
+    filled = inv.with_labels(zone="z9", network_group="g1")
+    assert filled.host("10.0.0.2").zone == "z9" and filled.host("a").zone == "eu-west-1b"
+
+
+def test_hostfile_slots_and_comments(tmp_path):
+    path = write(tmp_path, "hostfile", """\
+        # DeepSpeed style
+        worker-1 slots=4
+        worker-2 slots=2   # trailing comment
+
+        worker-3
+        """)
+    inv = load_inventory(path, ssh_config=None)
+    assert [h.name for h in inv.hosts] == ["worker-1", "worker-2", "worker-3"]
+    assert [h.gpus for h in inv.hosts] == [(0, 1, 2, 3), (0, 1), None]
+
+
+def test_ssh_config_alias_resolves_address_user_port_identity(tmp_path):
+    config = write(tmp_path, "config", SSH_CONFIG)
+    path = write(tmp_path, "hostfile", "gpu-a slots=1\ngpu-b slots=1\ngpu-x slots=1\n")
+    inv = load_inventory(path, ssh_config=config)
+    a, b, x = inv.hosts
+    assert (a.name, a.address, a.user, a.port) == ("gpu-a", "10.1.0.5", "trainer", 2222)
+    assert a.identity.endswith("/.ssh/gpu_key") and not a.identity.startswith("~")
+    assert (b.address, b.user, b.port) == ("gpu-b", "fallback", 2200)
+    assert (x.user, x.port) == ("everyone", 22)  # negated pattern skips the gpu-* block
+
+
+def test_inventory_entry_beats_ssh_config(tmp_path):
+    config = write(tmp_path, "config", SSH_CONFIG)
+    path = write(tmp_path, "hosts.toml", '[[hosts]]\naddress = "gpu-a"\nport = 22\n')
+    (host,) = load_inventory(path, ssh_config=config).hosts
+    assert (host.name, host.address, host.port, host.user) == ("gpu-a", "10.1.0.5", 22, "trainer")
+
+
+def test_ssh_config_first_value_wins_and_missing_file_is_empty(tmp_path):
+    blocks = read_ssh_config(write(tmp_path, "c", SSH_CONFIG))
+    assert ssh_config_for("gpu-a", blocks)["user"] == "trainer"
+    assert read_ssh_config(tmp_path / "absent") == []
+
+
+BAD_TOML = [
+    ("[[hosts]]\naddress = 5\n", "hosts[0].address: expected a non-empty string"),
+    ('[[hosts]]\naddress = "a"\nport = "ssh"\n', "hosts[0].port: expected an integer 1-65535"),
+    ('[[hosts]]\naddress = "a"\nport = 70000\n', "hosts[0].port: expected an integer 1-65535"),
+    ('[[hosts]]\naddress = "a"\ngpus = [0, -1]\n', "hosts[0].gpus: expected GPU indices >= 0"),
+    ('[[hosts]]\naddress = "a"\ngpus = [1, 1]\n', "hosts[0].gpus: repeated GPU index"),
+    ('[[hosts]]\naddress = "a"\ngpus = "some"\n', "hosts[0].gpus: expected \"all\" or a list"),
+    ('[[hosts]]\naddress = "a"\nadress = "b"\n', "hosts[0].adress: unknown field"),
+    ('[[hosts]]\naddress = "a"\ninterface = "eth0; reboot"\n', "hosts[0].interface: expected a network interface name"),
+    ('[[hosts]]\naddress = "a"\nregion = "eu\\nwest"\n', "hosts[0].region: control characters are not allowed"),
+    ('[[hosts]]\nport = 22\n', "hosts[0]: needs an address"),
+    ('[[hosts]]\naddress = "a"\n[[hosts]]\naddress = "a"\n', "duplicate host name 'a'"),
+    ('[defaults]\nuser = 3\n[[hosts]]\naddress = "a"\n', "defaults.user: expected a non-empty string"),
+    ('[defaults]\nname = "x"\n[[hosts]]\naddress = "a"\n', "defaults.name: unknown field"),
+    ('[hostz]\n', "unknown top-level key 'hostz'"),
+    ('[defaults]\nuser = "u"\n', "no [[hosts]] entries"),
+    ('[[hosts]\naddress = "a"\n', "invalid TOML"),
+]
+
+
+@pytest.mark.parametrize("text,expected", BAD_TOML, ids=[e for _, e in BAD_TOML])
+def test_malformed_toml_entry_is_one_line_naming_the_field(tmp_path, text, expected):
+    path = write(tmp_path, "bad.toml", text)
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path, ssh_config=None)
+    message = str(info.value)
+    assert expected in message and str(path) in message and "\n" not in message
+
+
+BAD_HOSTFILE = [
+    ("node1 slots=x\n", ":1: slots: expected a positive integer"),
+    ("node1 slots=0\n", ":1: slots: expected a positive integer"),
+    ("node1\nnode2 cpus=4\n", ":2: expected 'host slots=N', got 'cpus=4'"),
+    ("node1 slots=2\nnode1 slots=1\n", "duplicate host name 'node1'"),
+    ("# nothing\n\n", "no hosts"),
+]
+
+
+@pytest.mark.parametrize("text,expected", BAD_HOSTFILE, ids=[e for _, e in BAD_HOSTFILE])
+def test_malformed_hostfile_line_is_named(tmp_path, text, expected):
+    path = write(tmp_path, "hosts.txt", text)
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path, ssh_config=None)
+    assert expected in str(info.value) and str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("command", ["inventory", "probe"])
+def test_cli_bad_inventory_exits_2_with_one_line(tmp_path, command):
+    path = write(tmp_path, "bad.toml", '[[hosts]]\naddress = "a"\nport = "ssh"\n')
+    args = ["--headless", command, "--inventory", str(path), "--ssh-config", str(tmp_path / "none")]
+    if command == "probe":
+        args += ["--out", str(tmp_path / "f.json")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert lines == [f"error: {path}: hosts[0].port: expected an integer 1-65535, got 'ssh'"]
+
+
+def test_cli_missing_inventory_file(tmp_path):
+    result = CliRunner().invoke(app, ["--headless", "inventory", "--inventory", str(tmp_path / "nope.toml")])
+    assert result.exit_code == 2
+    assert "nope.toml: no such inventory file" in result.output
+    assert "Traceback" not in result.output
