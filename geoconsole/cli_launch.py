@@ -162,8 +162,10 @@ def launch_cmd(
     if result.interrupted:
         raise typer.Exit(int(ExitCode.INTERRUPTED))
     if not result.ok:
-        start_failed = any(o.error and o.error.startswith("cannot start") for o in result.outcomes)
-        raise typer.Exit(int(ExitCode.REMOTE if start_failed else ExitCode.FAILED))
+        # a rank that could not start or lost its connection is remote trouble; a rank
+        # that ran and exited non-zero is a failed result
+        remote = any(o.error for o in result.outcomes)
+        raise typer.Exit(int(ExitCode.REMOTE if remote else ExitCode.FAILED))
 
 
 async def _connect(inv, names, known_hosts: str, accept_new: bool):

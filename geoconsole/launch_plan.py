@@ -349,9 +349,9 @@ def describe(plan: LaunchPlan) -> list[str]:
     ]
     for p in plan.processes:
         gpu = "-" if p.gpu is None else str(p.gpu)
-        iface = p.interface or "auto"
+        iface = p.interface or ("ip route get at launch" if "gloo" in plan.backend else "library default")
         lines.append(
-            f"rank {p.rank:>4}  {p.host:<20} gpu {gpu:>2}  device {p.device:>4}  if {iface}"
+            f"rank {p.rank:>4}  {p.host:<20} gpu {gpu:>2}  device {p.device:>4}  interface: {iface}"
         )
         lines.append(f"    {p.shell_command(plan.workdir)}")
     return lines

@@ -132,7 +132,7 @@ def test_cli_launch_records_and_fails_when_a_rank_fails(emulated_fleet, tmp_path
     proc = subprocess.run(
         _cli(fleet, "launch", "-m", str(matrix), "-i", str(fleet.inventory_path), "-r", "3,2,1,0",
              "--mode", "env", "--known-hosts", str(fleet.known_hosts_path), "--record", str(record),
-             "--port", "29660", "--", str(prog)),
+             "--port", "29660", "--no-abort-on-failure", "--", str(prog)),
         capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent.parent,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -140,7 +140,8 @@ def test_cli_launch_records_and_fails_when_a_rank_fails(emulated_fleet, tmp_path
     assert "rank 1 h2: exit 4" in proc.stderr
     rec = json.loads(record.read_text().splitlines()[-1])
     assert rec["kind"] == "launch" and rec["rank_map"] == [3, 2, 1, 0]
-    assert rec["exit_status"]["1"] == 4 and rec["ok"] is False
+    assert rec["exit_status"] == {"0": 0, "1": 4, "2": 0, "3": 0} and rec["ok"] is False
+    assert rec["aborted"] is False  # --no-abort-on-failure: the other ranks ran to the end
 
 
 @pytest.mark.fleet
@@ -173,3 +174,26 @@ def test_cli_ctrl_c_stops_every_rank_and_exits_130(emulated_fleet, tmp_path):
             break
         time.sleep(0.2)
     assert left == []
+
+
+@pytest.mark.fleet
+def test_cli_validate_reports_model_beside_measurement(emulated_fleet, tmp_path):
+    fleet = emulated_fleet
+    matrix = _fleet_fabric_file(fleet, tmp_path)
+    record = tmp_path / "runs.jsonl"
+    proc = subprocess.run(
+        _cli(fleet, "validate", "-m", str(matrix), "-i", str(fleet.inventory_path),
+             "--pp", "2", "--dp", "2", "--c-pp", "0.6", "--c-dp", "0.2", "--scale", "0.01",
+             "--steps", "2", "--random", "1", "--known-hosts", str(fleet.known_hosts_path),
+             "--port", "29720", "--record", str(record), "--json"),
+        capture_output=True, text=True, timeout=300, cwd=Path(__file__).parent.parent,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["scale"] == 0.01 and doc["workload"]["c_pp"] == pytest.approx(0.006)
+    names = [p["name"] for p in doc["placements"]]
+    assert names[0] == "solution (seed 0)" and "random rank map 1" in names
+    for p in doc["placements"]:
+        assert p["measured_median_s"] > 0 and p["model_s"] > 0 and len(p["steps_s"]) == 2
+    assert doc["warning"] is None
+    assert json.loads(record.read_text().splitlines()[-1])["kind"] == "validate"
