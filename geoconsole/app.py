@@ -15,7 +15,6 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.worker import Worker, WorkerState
 
 from geoconsole.session import Clock, Session, SessionError, demo_session, load_session, utc_now
 from screens.dialogs import PathDialog
@@ -123,19 +122,6 @@ class GeoConsoleApp(App[int]):
         yield SystemCommand("Help", "Keys of every screen (?)", self.action_help)
         for title, help_text, action in getattr(screen, "COMMANDS_", ()):
             yield SystemCommand(title, help_text, getattr(screen, f"action_{action}"))
-
-    # -- workers -----------------------------------------------------------------
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        """The one place worker failures surface: a notification naming the work."""
-        if event.state == WorkerState.ERROR:
-            error = event.worker.error
-            failed = getattr(event.worker.node, "worker_failed", None)
-            if failed is not None:
-                failed()
-            self.notify(
-                f"{event.worker.description or event.worker.name}: {' '.join(str(error).split())}",
-                title="failed", severity="error", timeout=10,
-            )
 
 
 def create_app(

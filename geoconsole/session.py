@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from geoconsole.labels import LabelError, LabelSet, validate_label
 from solver.fabric import Device, Fabric, FabricError, fabric_from_json, write_atomic
 from solver.workload import Workload
 
@@ -139,6 +140,12 @@ class Session:
     name: str = "session"
     #: known_hosts file for SSH (None: ~/.ssh/known_hosts).
     known_hosts: str | None = None
+    #: Region / zone / network group per host and per GPU, with their sources.
+    labels: LabelSet = field(default_factory=LabelSet)
+
+    def __post_init__(self) -> None:
+        if self.fabric is not None:
+            self.set_fabric(self.fabric, keep_labels=bool(self.labels.hosts or self.labels.gpus))
 
     # -- solutions ---------------------------------------------------------------
     @property
@@ -161,21 +168,59 @@ class Session:
 
     # -- labels ------------------------------------------------------------------
     def devices(self) -> tuple[Device, ...]:
-        """The fabric's devices; rows without device records get ``#i`` hosts."""
+        """The fabric's devices, labelled."""
         if self.fabric is None:
             return ()
-        if self.fabric.devices is not None:
-            return self.fabric.devices
-        return tuple(Device(host=f"#{i}", region=lab or None) for i, lab in enumerate(self.fabric.labels))
+        assert self.fabric.devices is not None  # set_fabric gives every fabric devices
+        return self.fabric.devices
 
-    def set_devices(self, devices: tuple[Device, ...]) -> None:
-        """Replace the rows' labels (same order and length); fabric labels follow regions."""
+    def set_fabric(self, fabric: Fabric, keep_labels: bool = True) -> None:
+        """Use ``fabric`` (e.g. a finished sweep); the session's labels win over its own.
+
+        A fabric without device records gets one device per row (``row<i>``, region =
+        the row's label) so that it can be labelled.
+        """
+        if fabric.devices is None:
+            devices = tuple(Device(host=f"row{i}", region=lab or None) for i, lab in enumerate(fabric.labels))
+            fabric = replace(fabric, devices=devices)
+        if keep_labels:
+            fabric = self.labels.apply(fabric, keep_unset=True)
+        self.labels = LabelSet.from_fabric(fabric)
+        self.fabric = self.labels.apply(fabric, keep_unset=False)
+
+    def edit_labels(self, rows: list[int], changes: dict[str, str | None]) -> int:
+        """Set (None: clear) labels on fabric ``rows`` as the operator.
+
+        A host whose every GPU is in ``rows`` is labelled once per host (and its GPU
+        overrides of those fields dropped); other rows get per-GPU overrides. Raises
+        LabelError on an invalid value. Returns the number of rows changed.
+        """
         if self.fabric is None:
             raise ValueError("no fabric to label")
-        if len(devices) != self.fabric.n:
-            raise ValueError(f"{len(devices)} devices for a fabric of {self.fabric.n}")
-        labels = tuple(d.region or old for d, old in zip(devices, self.fabric.labels))
-        self.fabric = replace(self.fabric, devices=tuple(devices), labels=labels)
+        devices = self.devices()
+        chosen = {int(r) for r in rows}
+        by_host: dict[str, list[int]] = {}
+        for i, d in enumerate(devices):
+            by_host.setdefault(d.host, []).append(i)
+        for field_name, value in changes.items():
+            validate_label(field_name, value)
+        labels = self.labels.copy()
+        for host, members in by_host.items():
+            picked = [i for i in members if i in chosen]
+            if not picked:
+                continue
+            whole = len(picked) == len(members)
+            for field_name, value in changes.items():
+                if whole:
+                    labels.set(host, field_name, value)
+                    for i in members:
+                        labels.gpus.get((host, devices[i].gpu), {}).pop(field_name, None)
+                else:
+                    for i in picked:
+                        labels.set(host, field_name, value, gpu=devices[i].gpu)
+        self.labels = labels
+        self.fabric = labels.apply(self.fabric, keep_unset=False)
+        return len(chosen)
 
     # -- persistence -------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -187,6 +232,7 @@ class Session:
             "workload": self.workload.to_json(),
             "fabric": None if self.fabric is None else self.fabric.to_json(),
             "fabric_source": None if self.fabric is None else self.fabric.source,
+            "labels": self.labels.to_json(),
             "solutions": [s.to_json() for s in self.solutions],
         }
 
@@ -225,6 +271,10 @@ def session_from_json(doc: Any, source: str) -> Session:
             fabric = fabric_from_json(doc["fabric"], doc.get("fabric_source") or f"{source}#fabric")
         except FabricError as exc:
             raise SessionError(f"{source}: fabric: {exc}") from None
+    try:
+        labels = LabelSet.from_json(doc.get("labels") or {}, f"{source}: labels")
+    except LabelError as exc:
+        raise SessionError(str(exc)) from None
     raw = doc.get("solutions") or []
     if not isinstance(raw, list):
         raise SessionError(f"{source}: solutions: expected a list")
@@ -241,6 +291,7 @@ def session_from_json(doc: Any, source: str) -> Session:
         path=Path(source),
         name=str(doc.get("name") or "session"),
         known_hosts=None if doc.get("known_hosts") is None else str(doc["known_hosts"]),
+        labels=labels,
     )
 
 

@@ -1,59 +1,25 @@
-"""Seams to modules written alongside the console: labels, locality wording, probes, launch.
+"""Seams to modules owned elsewhere: the label model and the locality wording.
 
-Each function here prefers the project module that owns the concept and falls back to
-a small local version only while that module is absent, so the screens have one place
-to switch. The fallbacks follow the same rules (ADR-0021 locality levels).
+The screens call these instead of the owners directly, so there is one place to
+adapt when those APIs move. ``locality_words`` keeps a small ADR-0021 fallback for
+fabrics the locality module cannot describe.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
-from dataclasses import replace
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from solver.fabric import Device
 
 LABEL_FIELDS = ("region", "zone", "network_group")
-_LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
 def validate_label(field: str, value: str) -> str | None:
     """None when ``value`` is acceptable for ``field`` (empty clears it), else why not."""
-    try:
-        from geoconsole import labels as owner  # the locality engineer's label model
-    except ImportError:
-        owner = None
-    checker = getattr(owner, "validate_label", None) if owner else None
-    if checker is not None:
-        try:
-            result = checker(field, value)
-        except ValueError as exc:
-            return str(exc)
-        return result if isinstance(result, str) and result != value else None
-    value = value.strip()
-    if value == "":
-        return None
-    if not _LABEL_RE.match(value):
-        return f"{field}: letters, digits, '.', '_' or '-' (max 63), starting with a letter or digit"
-    return None
+    from geoconsole.labels import label_problem  # the label model's own rules
 
-
-def apply_labels(
-    devices: Sequence[Device], rows: Iterable[int], changes: dict[str, str | None]
-) -> tuple[Device, ...]:
-    """Devices with ``changes`` (field -> value, '' or None clears) applied to ``rows``."""
-    for field, value in changes.items():
-        if field not in LABEL_FIELDS:
-            raise ValueError(f"{field}: not a label (use {', '.join(LABEL_FIELDS)})")
-        why = validate_label(field, value or "")
-        if why:
-            raise ValueError(why)
-    out = list(devices)
-    clean = {k: (v.strip() or None) if isinstance(v, str) else None for k, v in changes.items()}
-    for i in rows:
-        out[i] = replace(out[i], **clean)
-    return tuple(out)
+    return label_problem(field, value.strip() or None)
 
 
 def locality_words(devices: Sequence[Device], rows: Sequence[int]) -> str:

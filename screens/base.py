@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from textual.screen import Screen
+from textual.worker import Worker, WorkerState
 
 if TYPE_CHECKING:
     from geoconsole.session import Session
@@ -26,3 +27,21 @@ class ConsoleScreen(Screen):
 
     def show_session(self) -> None:  # pragma: no cover - overridden
         """Redraw from ``self.session``."""
+
+    def worker_failed(self) -> None:
+        """Reset the screen after one of its workers failed (override where needed)."""
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The one place worker failures surface: a notification naming the work.
+
+        Worker.StateChanged does not bubble, so the handler lives on the base of every
+        screen (all workers are started by screens) rather than on the app.
+        """
+        if event.state != WorkerState.ERROR:
+            return
+        self.worker_failed()
+        error = " ".join(str(event.worker.error).split())
+        self.app.notify(
+            f"{event.worker.description or event.worker.name}: {error}",
+            title="failed", severity="error", timeout=10,
+        )

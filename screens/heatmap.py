@@ -249,7 +249,7 @@ class HeatmapScreen(ConsoleScreen):
             status.update(Text(f"host lost: {event.host}: {event.reason}", style="bold red"))
             self.notify(f"{event.host}: {event.reason}", title="host lost", severity="error")
         elif kind == "SweepDone":
-            self.session.fabric = event.fabric
+            self.session.set_fabric(event.fabric)
             words = "cancelled" if event.cancelled else "done"
             status.update(f"sweep {words}: {event.measured} pairs measured, {event.failed} failed, {event.elapsed_s:.1f} s")
             self.post_message(SessionChanged(f"sweep {words}"))

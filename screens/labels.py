@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.validation import ValidationResult, Validator
 from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Static
 
-from screens.adapters import LABEL_FIELDS, apply_labels, validate_label
+from screens.adapters import LABEL_FIELDS, validate_label
 from screens.base import ConsoleScreen
 from screens.heatmap_view import row_order
 from screens.messages import SessionChanged
@@ -16,6 +17,15 @@ from screens.widgets import StageLocality
 
 #: Typed into a field, clears that label on the marked rows (empty leaves it unchanged).
 CLEAR = "-"
+
+
+def _cell(label, per_gpu: bool) -> Text:
+    """A label value with its source dimmed; '*' marks a per-GPU override."""
+    if label is None:
+        return Text("")
+    text = Text(label.value + ("*" if per_gpu else ""))
+    text.append(f" {label.source}", style="dim")
+    return text
 
 
 class LabelValidator(Validator):
@@ -49,7 +59,7 @@ class LabelsScreen(ConsoleScreen):
         with Horizontal(id="labels-body"):
             yield DataTable(id="labels-table", cursor_type="row", zebra_stripes=True)
             with Vertical(id="labels-form"):
-                yield Label("Set on marked rows (empty: unchanged, '-': clear)")
+                yield Static("Set on marked rows (empty: unchanged, '-': clear). A whole host marked: set per host; else per GPU (*).")
                 for field in LABEL_FIELDS:
                     yield Label(field.replace("_", " "))
                     yield Input(placeholder=field, id=f"set-{field}", validators=[LabelValidator(field)], compact=True)
@@ -73,10 +83,12 @@ class LabelsScreen(ConsoleScreen):
         self.order = row_order(devices, s.fabric.labels) if s.fabric is not None else []
         for row in self.order:
             d = devices[row]
+            resolved = s.labels.resolve(d.host, d.gpu)
             table.add_row(
                 "●" if row in self.marked else " ",
                 d.host, "-" if d.gpu is None else str(d.gpu),
-                d.region or "", d.zone or "", d.network_group or "",
+                *(_cell(resolved[f], d.gpu is not None and (d.host, d.gpu) in s.labels.gpus
+                        and f in s.labels.gpus[(d.host, d.gpu)]) for f in LABEL_FIELDS),
                 key=str(row),
             )
         if self.order:
@@ -117,6 +129,12 @@ class LabelsScreen(ConsoleScreen):
         self.marked.clear()
         self.show_session()
 
+    def on_input_changed(self, event: Input.Changed) -> None:
+        """Refuse invalid values inline, as they are typed."""
+        result = event.validation_result
+        why = "; ".join(result.failure_descriptions) if result is not None and not result.is_valid else ""
+        self.query_one("#labels-error", Static).update(why)
+
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "apply":
             self.apply()
@@ -144,9 +162,9 @@ class LabelsScreen(ConsoleScreen):
             return
         s = self.session
         try:
-            s.set_devices(apply_labels(s.devices(), rows, changes))
-        except ValueError as exc:
-            error.update(str(exc))
+            s.edit_labels(rows, changes)
+        except ValueError as exc:  # LabelError is a ValueError
+            error.update(" ".join(str(exc).split()))
             return
         error.update("")
         for field in LABEL_FIELDS:

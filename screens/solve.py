@@ -8,6 +8,7 @@ callback raises ``StopIteration`` and ``solve`` returns the best placement so fa
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Any
@@ -29,6 +30,11 @@ from solver.fabric import Fabric
 
 #: Seconds between progress messages; the solver may call back far more often.
 PROGRESS_INTERVAL_S = 0.1
+#: GIL switch interval while a solve runs. The event loop gives up the GIL at every
+#: select(); with the default 5 ms each loop turn can wait 5 ms for the solver thread to
+#: yield, which makes mounting a screen take seconds. 0.5 ms keeps keys prompt for a few
+#: percent of solver throughput.
+SOLVING_SWITCH_INTERVAL_S = 0.0005
 
 
 def baseline_samples(n: int) -> int:
@@ -163,6 +169,10 @@ class SolveScreen(ConsoleScreen):
         self.query_one("#solve-status", Static).update("Computing the lower bound...")
         self.run_solver(model, fabric, options, self.session.digest())
 
+    def on_unmount(self) -> None:
+        # A thread cannot be killed: make the solver stop so the app can exit promptly.
+        self._cancel.set()
+
     def action_cancel(self) -> None:
         if self.running:
             self._cancel.set()
@@ -184,6 +194,14 @@ class SolveScreen(ConsoleScreen):
     # -- the worker (runs in a thread) ---------------------------------------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="solve", description="solve placement")
     def run_solver(self, model: Any, fabric: Fabric, options: SolveOptions, digest: str) -> None:
+        previous_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(previous_interval, SOLVING_SWITCH_INTERVAL_S))
+        try:
+            self._solve_and_report(model, fabric, options, digest)
+        finally:
+            sys.setswitchinterval(previous_interval)
+
+    def _solve_and_report(self, model: Any, fabric: Fabric, options: SolveOptions, digest: str) -> None:
         from solver.baselines import random_rank_maps, random_stage_groups
         from solver.bounds import lower_bound
         from solver.search import solve

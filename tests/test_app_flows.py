@@ -1,0 +1,326 @@
+"""Pilot tests of the console's flows on the built-in world-wide demo fabric."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+from app_support import demo_app, make_solution, region_pipelines, with_solutions
+from textual.widgets import Input, Static
+
+from screens.heatmap_view import Heatmap
+from screens.help import HelpScreen
+from screens.solve import SolveScreen
+from screens.widgets import StageLocality
+from solver.cost import CostModel
+
+SIZE = (120, 45)
+
+
+def text_of(widget: Static) -> str:
+    return str(widget.render())
+
+
+async def wait_until(pilot, condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)
+
+
+async def test_opens_on_the_demo_fabric_with_one_cell_per_device():
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert app.current_mode == "fabric"
+        heatmap = app.screen.query_one(Heatmap)
+        assert heatmap.layout_.level == "device" and heatmap.layout_.k == 64
+        # Rows grouped by region in the table's order: Oregon first, Ireland last.
+        assert [g for g, _, _ in heatmap.layout_.groups][0] == "Oregon"
+        await pilot.press("right", "right", "down")
+        details = text_of(app.screen.query_one("#pair-details"))
+        assert "oregon-1:0" in details and "oregon-2:0" in details and "alpha 5 ms" in details
+
+
+async def test_metric_keys_switch_the_heatmap_and_its_legend():
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("b")
+        await pilot.pause()
+        assert app.screen.query_one(Heatmap).metric == "beta"
+        assert "bandwidth beta (Gbps)" in text_of(app.screen.query_one("#legend"))
+        await pilot.press("t")
+        await pilot.pause()
+        legend = text_of(app.screen.query_one("#legend"))
+        assert "transfer time" in legend
+
+
+async def test_small_terminal_aggregates_cells_by_label():
+    app = demo_app()
+    async with app.run_test(size=(60, 24)) as pilot:
+        await pilot.pause()
+        heatmap = app.screen.query_one(Heatmap)
+        assert heatmap.layout_.level == "label" and heatmap.layout_.k == 8
+        await pilot.press("right")
+        details = text_of(app.screen.query_one("#pair-details"))
+        assert "label Oregon" in details and "label Virginia" in details and "64 pairs, 64 measured" in details
+
+
+async def test_solve_then_review_shows_the_reference_layout():
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        await pilot.pause()
+        screen = app.screen
+        screen.query_one("#form-budget", Input).value = "200"
+        screen.query_one("#form-restarts", Input).value = "0"
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: app.session.current is not None)
+        sol = app.session.current
+        # The score shown is the score of the rank map, recomputed from scratch.
+        model = CostModel.from_fabric(app.session.fabric, app.session.workload)
+        assert sol.fun == pytest.approx(model.score_rank_map(sol.rank_map).comm)
+        assert sol.fun == pytest.approx(51.50, abs=0.01)
+        assert sol.bound is not None and sol.bound <= sol.fun
+        assert set(sol.baselines) == {"random rank map", "random stage groups"}
+        assert "best Comm 51.50 s" in text_of(screen.query_one("#solve-status"))
+        await pilot.press("r")
+        await pilot.pause()
+        assert app.current_mode == "rankmap"
+        summary = text_of(app.screen.query_one("#rankmap-summary"))
+        assert "Comm 51.50 s" in summary and "worst device" in summary
+        locality = text_of(app.screen.query_one(StageLocality))
+        assert locality.count("spans 8 regions") == 8
+        edges = text_of(app.screen.query_one("#rankmap-edges"))
+        assert edges.count("<->") == 7
+
+
+async def test_cancel_keeps_the_best_so_far_and_the_ui_stays_responsive():
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        screen = app.screen
+        screen.query_one("#form-budget", Input).value = "500000000"
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: screen.query_one("#solve-status", Static).render().plain.startswith("best Comm"))
+        started = time.monotonic()
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.session.current is not None, timeout=20)
+        assert time.monotonic() - started < 10
+        sol = app.session.current
+        assert "cancelled" in sol.message
+        assert np.isfinite(sol.fun) and sorted(sol.rank_map.tolist()) == list(range(64))
+        assert not screen.running
+
+
+async def test_progress_messages_coalesce():
+    old = SolveScreen.Progress(10.0, 1, 1, 0.1, "x")
+    new = SolveScreen.Progress(9.0, 2, 2, 0.2, "x")
+    assert new.can_replace(old)
+    assert not new.can_replace(SolveScreen.Started(1.0))
+
+
+async def test_label_edit_changes_locality_and_marks_the_solution_stale():
+    app = demo_app()
+    with_solutions(app, region_pipelines(app.session))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3")
+        await pilot.pause()
+        screen = app.screen
+        assert not app.session.is_stale(app.session.current)
+        assert text_of(screen.query_one(StageLocality)).count("spans 8 regions") == 8
+        # Relabel the first two Oregon GPUs as Virginia: stages 0 and 1 now span 7 regions.
+        await pilot.press("space", "space")
+        screen.query_one("#set-region", Input).value = "Virginia"
+        await pilot.click("#apply")
+        await pilot.pause()
+        devices = app.session.devices()
+        assert devices[0].region == devices[1].region == "Virginia"
+        assert app.session.is_stale(app.session.current)
+        locality = text_of(screen.query_one(StageLocality))
+        assert locality.startswith("STALE")
+        assert locality.count("spans 7 regions") == 2 and locality.count("spans 8 regions") == 6
+        # The other screens see it at once.
+        await pilot.press("5")
+        await pilot.pause()
+        assert "STALE" in text_of(app.screen.query_one("#rankmap-summary"))
+
+
+async def test_invalid_label_is_refused_inline():
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3", "space")
+        screen = app.screen
+        await pilot.click("#set-zone")
+        await pilot.press(*"bad zone")
+        await pilot.pause()
+        assert "whitespace" in text_of(screen.query_one("#labels-error"))
+        before = app.session.devices()
+        await pilot.click("#apply")
+        await pilot.pause()
+        assert app.session.devices() == before
+        assert "whitespace" in text_of(screen.query_one("#labels-error"))
+
+
+async def test_solve_form_refuses_a_workload_that_does_not_fit_the_fabric():
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        screen = app.screen
+        screen.query_one("#form-d_dp", Input).value = "4"
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert "the fabric has 64 devices" in text_of(screen.query_one("#solve-error"))
+        assert not screen.running and app.session.current is None
+
+
+async def test_a_failing_solver_surfaces_in_one_notification(monkeypatch):
+    import solver.search
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("matrix exploded")
+
+    monkeypatch.setattr(solver.search, "solve", broken)
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4", "ctrl+r")
+        screen = app.screen
+        await wait_until(pilot, lambda: not screen.running)
+        await pilot.pause()
+        messages = [n.message for n in app._notifications]
+        assert any("solve placement: matrix exploded" in m for m in messages)
+        assert "failed" in text_of(screen.query_one("#solve-status"))
+
+
+async def test_diff_shows_the_previous_solution_side_by_side():
+    app = demo_app()
+    rng = np.random.default_rng(3)
+    with_solutions(app, rng.permutation(64), region_pipelines(app.session))
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("5", "d")
+        await pilot.pause()
+        other = app.screen.query_one("#rankmap-other")
+        assert other.display
+        assert other.content.title == "solve #1"
+        # Cells whose rank differs from the other solution are underlined.
+        grid = app.screen.query_one("#rankmap-grid").content
+        cells = [cell for column in grid.columns[1:] for cell in column._cells]
+        changed = [c for c in cells if "underline" in str(c.style)]
+        assert 0 < len(changed) <= 64
+
+
+async def test_export_writes_json_and_rank_map_text(tmp_path):
+    import json
+
+    app = demo_app()
+    with_solutions(app, region_pipelines(app.session))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("5", "e")
+        await pilot.pause()
+        path = tmp_path / "rm.json"
+        app.screen.query_one(Input).value = str(path)
+        await pilot.press("enter")
+        await pilot.pause()
+        doc = json.loads(path.read_text())
+        assert doc["rank_map"] == list(range(64))
+        assert doc["rank_map_text"].startswith("rank_map=(0,1,2,")
+        assert doc["comm_s"] == pytest.approx(51.50, abs=0.01)
+
+
+async def test_help_screen_opens_and_closes():
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_command_palette_offers_every_screen_and_action():
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        for expected in ("Show Fleet", "Show Fabric", "Show Labels", "Show Solve", "Show Rank map",
+                         "Show Launch", "Save session", "Load session", "Help", "Solve placement", "Cancel solve"):
+            assert expected in titles
+
+
+async def test_launch_screen_shows_the_plan_read_only():
+    app = demo_app()
+    with_solutions(app, region_pipelines(app.session))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("6")
+        await pilot.pause()
+        summary = text_of(app.screen.query_one("#launch-summary"))
+        assert "master oregon-0" in summary and "64 ranks on 64 hosts" in summary
+        lines = app.screen.query_one("#launch-plan").lines
+        assert any("--node-rank=0" in line for line in lines)
+
+
+async def test_fleet_screen_lists_demo_hosts():
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("1")
+        await pilot.pause()
+        assert "64 hosts from built-in demo fabric" in text_of(app.screen.query_one("#fleet-summary"))
+
+
+async def test_failing_host_shows_its_error(tmp_path):
+    # Port 1 on loopback refuses at once: a real connection attempt, a real failure.
+    inventory = tmp_path / "hosts.toml"
+    inventory.write_text('[[hosts]]\nname = "dead-1"\naddress = "127.0.0.1"\nport = 1\nuser = "nobody"\n')
+    app = demo_app(inventory=inventory)
+    app.session.known_hosts = str(tmp_path / "known_hosts")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert app.current_mode == "fleet"
+        await pilot.press("c")
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.fleet.rows["dead-1"].state == "failed", timeout=20)
+        row = screen.fleet.rows["dead-1"]
+        assert row.error.startswith("dead-1: cannot connect to 127.0.0.1:1")
+        await pilot.pause()
+        table = screen.query_one("#fleet-table")
+        assert "cannot connect" in str(table.get_row("dead-1")[-1])
+
+
+async def test_key_press_is_handled_promptly_while_a_solve_runs():
+    # Polled rather than measured with pilot.pause(): pause waits for the message queues
+    # to drain, which they never do while progress messages arrive.
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2", "4")
+        app.screen.query_one("#form-budget", Input).value = "500000000"
+        await pilot.press("ctrl+r")
+        await asyncio.sleep(0.3)
+        assert app.screen.running
+        app.simulate_key("2")
+        started = time.monotonic()
+        await wait_until(pilot, lambda: app.current_mode == "fabric", timeout=5)
+        heatmap = app.screen.query_one(Heatmap)
+        app.simulate_key("b")
+        await wait_until(pilot, lambda: heatmap.metric == "beta", timeout=5)
+        delay = time.monotonic() - started
+        assert delay < 1.0, f"two key presses took {delay:.2f} s during a solve"
+        app.simulate_key("4")
+        app.simulate_key("escape")
+        await wait_until(pilot, lambda: app.session.current is not None)
+
+
+async def test_quitting_during_a_solve_stops_the_solver():
+    app = demo_app()
+    started = time.monotonic()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        app.screen.query_one("#form-budget", Input).value = "500000000"
+        await pilot.press("ctrl+r")
+        await asyncio.sleep(0.3)
+        app.simulate_key("q")
+        await wait_until(pilot, lambda: not app.is_running, timeout=10)
+    assert time.monotonic() - started < 15
