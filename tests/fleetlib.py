@@ -107,7 +107,7 @@ class EmulatedFleet:
         self.n = hosts
         self.python = python
         self._rates = rates_mbit
-        self.tag = f"gf{os.getpid() % 100000}"
+        self.tag = _fresh_tag()
         self.hosts: list[FleetHost] = []
         self.rates_mbit: dict[tuple[str, str], int] = {}
         self.dir: Path | None = None
@@ -187,8 +187,9 @@ class EmulatedFleet:
                 other = 3 - side
                 _sh("ip", "route", "add", f"{peer.address}/32", "via",
                     f"198.19.{128 + p}.{other}", "dev", ifname, ns=ns)
-                # burst: a few frames at least, and enough for the kernel timer at 1 Gbit.
-                burst = max(rate * 1000 // 8 // 250, 16 * 1514)
+                # burst: 4 ms of tokens (tc-tbf's rate/HZ rule for HZ=250). A smaller bucket
+                # loses throughput whenever the qdisc timer fires late on a busy machine.
+                burst = max(rate * 1_000_000 // 8 // 250, 16 * 1514)
                 _sh("tc", "qdisc", "add", "dev", ifname, "root", "tbf", "rate", f"{rate}mbit",
                     "burst", str(burst), "latency", "100ms", ns=ns)
                 host.links[peer.name] = ifname
@@ -240,17 +241,21 @@ class EmulatedFleet:
         self.inventory_path = self.write_inventory(self.dir / "hosts.toml")
 
     def write_inventory(self, path: str | os.PathLike[str], names: dict[str, str] | None = None,
-                        extra: dict[str, dict[str, str]] | None = None) -> Path:
+                        extra: dict[str, dict[str, object]] | None = None,
+                        hosts: list[str] | None = None) -> Path:
         """Write a TOML inventory of the fleet to ``path``.
 
         ``names`` renames hosts (fleet name -> inventory name, any text); ``extra`` adds
-        string fields per fleet host name (``{"h0": {"region": "eu"}}``).
+        fields per fleet host name (``{"h0": {"region": "eu", "gpus": [0]}}``);
+        ``hosts`` keeps only these fleet hosts (default: all).
         """
         import json
 
         out = ["[defaults]", 'user = "root"', f"identity = {json.dumps(str(self.client_key_path))}",
                f"python = {json.dumps(self.python)}", ""]
         for host in self.hosts:
+            if hosts is not None and host.name not in hosts:
+                continue
             name = (names or {}).get(host.name, host.name)
             out += ["[[hosts]]", f"name = {json.dumps(name)}", f'address = "{host.address}"']
             for key, value in ((extra or {}).get(host.name) or {}).items():
@@ -275,7 +280,9 @@ class EmulatedFleet:
         conf = self.dir / host.name / "sshd_config"
         log = self.dir / host.name / "sshd.log"
         host.sshd = subprocess.Popen(
-            ["ip", "netns", "exec", host.namespace, "unshare", "--uts", "sh", "-c",
+            # nice -10: an emulated host stands for a dedicated machine; without it, other
+            # work on a small shared test machine throttles a 1 Gbit link (CPU-bound gloo).
+            ["nice", "-n", "-10", "ip", "netns", "exec", host.namespace, "unshare", "--uts", "sh", "-c",
              'hostname "$1" && exec "$2" -D -f "$3" -E "$4"', "sh", host.name, SSHD,
              str(conf), str(log)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -369,6 +376,16 @@ class EmulatedFleet:
         if self._lock_handle is not None:
             self._lock_handle.close()
             self._lock_handle = None
+
+
+def _fresh_tag() -> str:
+    """A short prefix no namespace uses yet (interface names allow 15 characters)."""
+    existing = _sh("ip", "netns", "list", check=False).stdout
+    for letter in "abcdefghijklmnopqrstuvwxyz":
+        tag = f"gf{os.getpid() % 100000}{letter}"
+        if f"{tag}-" not in existing:
+            return tag
+    raise RuntimeError("no free emulated-fleet tag for this process")
 
 
 def _kill(pid: int, sig: int) -> None:

@@ -1,0 +1,233 @@
+"""Probe sweeps on the emulated fleet, through the ``geoconsole probe`` command.
+
+Each link of the fleet is shaped by tbf at its own rate; TCP carries 1448 payload
+bytes per 1514-byte frame, so a correct probe measures rate x 1448/1514.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import require_fleet
+from fleetlib import TCP_PAYLOAD_SHARE, EmulatedFleet, fleet_unavailable
+from geoconsole.cli import app
+
+pytestmark = pytest.mark.fleet
+
+GEOCONSOLE = [sys.executable, "-m", "geoconsole.cli"]
+
+
+def probe_args(fleet, inventory: Path, out: Path, events: Path, *extra: str) -> list[str]:
+    return ["--headless", "probe", "--inventory", str(inventory), "--out", str(out), "--events", str(events),
+            "--known-hosts", str(fleet.known_hosts_path), "--ssh-config", str(out.parent / "no_config"), *extra]
+
+
+def read_events(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def workers_left(fleet) -> dict[str, list[str]]:
+    """Probe worker processes still running, per host."""
+    out = {}
+    for host in fleet.hosts:
+        found = [cmd for _pid, cmd in fleet.processes(host.name) if "worker-" in cmd]
+        if found:
+            out[host.name] = found
+    return out
+
+
+def wait_no_workers(fleet, seconds: float = 5.0) -> dict[str, list[str]]:
+    deadline = time.monotonic() + seconds
+    while True:
+        left = workers_left(fleet)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+def test_probe_measures_every_link_at_its_tbf_rate(emulated_fleet, tmp_path):
+    require_fleet()
+    fleet = emulated_fleet
+    out, events = tmp_path / "fabric.json", tmp_path / "events.jsonl"
+    result = CliRunner().invoke(app, probe_args(fleet, fleet.inventory_path, out, events))
+    assert result.exit_code == 0, result.output
+    assert "measured 12 of 12 directional pairs on 4 devices" in result.output
+    doc = json.loads(out.read_text())
+    names = [d["host"] for d in doc["devices"]]
+    assert names == ["h0", "h1", "h2", "h3"] and all(d["gpu"] is None for d in doc["devices"])
+    report = []
+    for i, src in enumerate(names):
+        for j, dst in enumerate(names):
+            if i == j:
+                continue
+            expected = fleet.rates_mbit[(src, dst)] * TCP_PAYLOAD_SHARE / 1000
+            beta, r2 = doc["beta_gbps"][i][j], doc["fit_r2"][i][j]
+            report.append(f"{src}->{dst} {beta:.4f}/{expected:.4f} R^2={r2:.4f}")
+            assert doc["fit_flag"][i][j] is None
+            assert doc["probe_interface"][i][j] == fleet.host(src).links[dst]
+            assert doc["alpha_ms"][i][j] >= 0
+    for i, src in enumerate(names):
+        for j, dst in enumerate(names):
+            if i != j:
+                expected = fleet.rates_mbit[(src, dst)] * TCP_PAYLOAD_SHARE / 1000
+                assert doc["beta_gbps"][i][j] == pytest.approx(expected, rel=0.10), report
+                assert doc["fit_r2"][i][j] >= 0.98, report
+    meta = doc["meta"]
+    assert meta["torch"].startswith("2.13.0") and meta["backend"] == "gloo" and meta["nccl"] is None
+    assert meta["mtu"] == 1500 and isinstance(meta["congestion_control"], str)
+    assert meta["probe"]["schedule"] == "tournament" and meta["probe"]["rounds"] == 3
+    assert meta["hosts"]["h2"]["hostname"] == "h2" and doc["measured_at"].endswith("+00:00")
+
+    evs = read_events(events)
+    assert evs[0]["event"] == "Discovered" and evs[-1]["event"] == "SweepDone"
+    started = [e for e in evs if e["event"] == "PairStarted"]
+    assert len(started) == 6 and len([e for e in evs if e["event"] == "PairMeasured"]) == 12
+    by_round: dict[int, list[str]] = {}
+    for e in started:
+        by_round.setdefault(e["round"], []).extend([e["src"], e["dst"]])
+    assert len(by_round) == 3
+    for hosts in by_round.values():  # no host is in two pairs of one round
+        assert len(hosts) == len(set(hosts)) == 4
+    assert not wait_no_workers(fleet, 0.0)
+
+
+def test_sshd_stopped_mid_sweep_nulls_that_hosts_pairs_and_the_rest_completes(emulated_fleet, tmp_path):
+    require_fleet()
+    fleet = emulated_fleet
+    out, events = tmp_path / "fabric.json", tmp_path / "events.jsonl"
+    proc = subprocess.Popen(GEOCONSOLE + probe_args(fleet, fleet.inventory_path, out, events,
+                                                    "--pair-timeout", "30"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(e["event"] == "RoundStarted" and e["index"] == 1 for e in read_events(events)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        measured_before = {(e["src"], e["dst"]) for e in read_events(events) if e["event"] == "PairMeasured"}
+        fleet.stop_sshd("h3")
+        stdout, stderr = proc.communicate(timeout=180)
+        left = wait_no_workers(fleet)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        fleet.start_sshd("h3")
+    assert proc.returncode == 3, stdout + stderr
+    assert "host h3 lost" in stderr
+    assert "fabric written to" in stderr and "with nulls" in stderr
+    doc = json.loads(out.read_text())
+    names = [d["host"] for d in doc["devices"]]
+    nulls = []
+    for i, src in enumerate(names):
+        for j, dst in enumerate(names):
+            if i == j:
+                continue
+            beta, flag = doc["beta_gbps"][i][j], doc["fit_flag"][i][j]
+            if "h3" not in (src, dst):
+                assert beta is not None and flag is None, (src, dst, flag)
+            elif beta is None:
+                assert doc["alpha_ms"][i][j] is None and flag.startswith("host-lost: h3"), flag
+                nulls.append((src, dst))
+            else:
+                assert (src, dst) in measured_before  # measured before sshd stopped
+    assert nulls, "stopping sshd left no pair unmeasured"
+    assert doc["meta"]["hosts"]["h3"]["lost"]
+    assert not left, f"worker processes left behind: {left}"
+
+
+def test_ctrl_c_cancels_and_kills_every_remote_worker(emulated_fleet, tmp_path):
+    require_fleet()
+    fleet = emulated_fleet
+    out, events = tmp_path / "fabric.json", tmp_path / "events.jsonl"
+    proc = subprocess.Popen(GEOCONSOLE + probe_args(fleet, fleet.inventory_path, out, events),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(e["event"] == "PairMeasured" for e in read_events(events)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        assert workers_left(fleet), "expected running workers mid-sweep"
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    left = workers_left(fleet)  # no waiting: cancel must have killed them before exiting
+    assert proc.returncode == 130, stdout + stderr
+    assert "error: interrupted; partial fabric written to" in stderr
+    assert not left, f"worker processes left behind: {left}"
+    doc = json.loads(out.read_text())
+    flags = [f for row in doc["fit_flag"] for f in row if f]
+    assert "cancelled" in flags
+    assert any(b is not None for i, row in enumerate(doc["beta_gbps"]) for j, b in enumerate(row) if i != j)
+    sweep_id = doc["meta"]["probe"]["sweep_id"]
+    assert not list((Path.home() / ".cache/geoconsole/run").glob(f"{sweep_id}-*.pid"))
+
+
+def test_shell_metacharacters_in_names_labels_and_paths_reach_no_shell(emulated_fleet, tmp_path):
+    require_fleet()
+    fleet = emulated_fleet
+    canary = tmp_path / "pwned"
+    relative = f"geoconsole-pwned-{os.getpid()}"  # a path component cannot hold "/"
+    weird_dir = tmp_path / f"py dir;$(touch {relative})"
+    weird_dir.mkdir()
+    python = weird_dir / f"python`touch {relative}`"
+    python.write_text(f"#!/bin/sh\nexec {fleet.python} \"$@\"\n")
+    python.chmod(0o755)
+    names = {"h2": f"h2;touch {canary}", "h3": f"$(touch {canary})&h3"}
+    inventory = fleet.write_inventory(
+        tmp_path / "weird.toml", names=names, hosts=["h2", "h3"],
+        extra={"h2": {"region": f"`touch {canary}`", "network_group": "'; touch x; '"},
+               "h3": {"python": str(python), "zone": f"z|touch {canary}"}})
+    out, events = tmp_path / "fabric.json", tmp_path / "events.jsonl"
+    result = CliRunner().invoke(app, probe_args(fleet, inventory, out, events, "--sizes-mb", "0.25,0.5,1",
+                                                "--max-transfer-s", "0.05", "--reps", "2"))
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert [d["host"] for d in doc["devices"]] == [names["h2"], names["h3"]]
+    assert doc["devices"][0]["region"] == f"`touch {canary}`"
+    assert doc["devices"][1]["zone"] == f"z|touch {canary}"
+    assert doc["meta"]["hosts"][names["h3"]]["python"] == str(python)
+    assert doc["beta_gbps"][0][1] is not None and doc["beta_gbps"][1][0] is not None
+    assert not canary.exists()
+    assert not (Path.cwd() / relative).exists() and not (Path.home() / relative).exists()
+
+
+def test_fleet_teardown_leaves_no_namespace_link_or_process():
+    why = fleet_unavailable()
+    if why:
+        require_fleet()
+    fleet = EmulatedFleet(hosts=2).build()
+    namespaces = [h.namespace for h in fleet.hosts]
+    folder = fleet.dir
+    sshd_pids = [h.sshd.pid for h in fleet.hosts]
+    assert all(ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+               for ns in namespaces)
+    fleet.teardown()
+    assert fleet.leftovers() == []
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(ns in listed for ns in namespaces)
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert fleet.tag not in links
+    assert not folder.exists()
+    for pid in sshd_pids:
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    mentions = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if str(folder).encode() in (entry / "cmdline").read_bytes():
+                    mentions.append(entry.name)
+            except OSError:
+                pass
+    assert not mentions, f"processes of the torn-down fleet: {mentions}"
