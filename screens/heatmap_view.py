@@ -313,7 +313,7 @@ class Heatmap(Widget, can_focus=True):
         r0, r1 = h0 // lay.cell, (h0 + 1) // lay.cell
         if r0 >= lay.k:
             return Strip.blank(width)
-        segments = [self._gutter_segment(r0, r1, gutter, lay)]
+        segments = [self._gutter_segment(y - HEADER_LINES, r0, r1, gutter, lay)]
         top = lay.colour[r0].copy()
         bottom = lay.colour[r1].copy() if r1 < lay.k else np.full(lay.k, -3)
         cr, cc = self.cursor
@@ -329,10 +329,11 @@ class Heatmap(Widget, can_focus=True):
             segments.append(Segment("▀" * ((e - s) * lay.cell), self._style(int(top[s]), int(bottom[s]))))
         return Strip(segments).extend_cell_length(width).crop(0, width)
 
-    def _gutter_segment(self, r0: int, r1: int, gutter: int, lay: HeatmapLayout) -> Segment:
+    def _gutter_segment(self, line: int, r0: int, r1: int, gutter: int, lay: HeatmapLayout) -> Segment:
+        """The group name on the line where the group starts; ▶ on the cursor row's lines."""
         name = ""
         for g, first, _count in lay.groups:
-            if first in (r0, r1):
+            if (first * lay.cell) // 2 == line:
                 name = g
         marker = "▶" if self.cursor[0] in (r0, r1) else " "
         return Segment(f"{name[: gutter - 2]:<{gutter - 2}} {marker}", Style(bold=bool(name)))

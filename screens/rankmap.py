@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, ScrollableContainer
 from textual.widgets import Footer, Header, Static
 
 from geoconsole.session import Solution
@@ -71,7 +71,7 @@ class RankMapScreen(ConsoleScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        with VerticalScroll(id="rankmap-body"):
+        with ScrollableContainer(id="rankmap-body"):
             yield Static(id="rankmap-summary")
             with Horizontal(id="rankmap-grids"):
                 yield Static(id="rankmap-grid")
@@ -109,11 +109,12 @@ class RankMapScreen(ConsoleScreen):
         if other is not None and len(other.rank_map) != len(sol.rank_map):
             other = None
         self.query_one("#rankmap-grid", Static).update(
-            self._grid(sol, devices, hot, None if other is None else other.rank_map, sol.name)
+            self._grid(sol, devices, hot, None if other is None else other.rank_map, sol.name, compact=other is not None)
         )
         other_view.display = other is not None
         if other is not None:
-            other_view.update(self._grid(other, devices, set(), sol.rank_map, other.name))
+            title = f"{other.name} (Comm {other.fun:.2f} s; · = same device as left)"
+            other_view.update(self._grid(other, devices, set(), sol.rank_map, title, compact=True, dots=True))
         self.query_one(StageLocality).show(sol.rank_map, w.d_pp, devices, stale)
         self.query_one("#rankmap-edges", Static).update(self._edges(score, devices))
 
@@ -135,7 +136,13 @@ class RankMapScreen(ConsoleScreen):
             text.append("\nSTALE: labels or fabric changed since this solution; solve again.", style="bold yellow")
         return text
 
-    def _grid(self, sol: Solution, devices, hot: set[int], against: np.ndarray | None, title: str) -> Table:
+    def _grid(self, sol: Solution, devices, hot: set[int], against: np.ndarray | None, title: str,
+              compact: bool = False, dots: bool = False) -> Table:
+        """Replicas as rows, stages as columns, cells coloured by region.
+
+        ``against``: the other rank map of a diff; cells whose device sits elsewhere there
+        are underlined, or (``dots``) cells holding the same device are shown as '·'.
+        """
         w = sol.workload
         grid = grid_rows(sol.rank_map, w.d_pp, w.d_dp)
         names = short_names(devices)
@@ -143,7 +150,7 @@ class RankMapScreen(ConsoleScreen):
         table = Table(title=title, title_justify="left", box=None, padding=(0, 1), show_edge=False)
         table.add_column("", style="bold")
         for stage in range(w.d_pp):
-            table.add_column(f"stage {stage}", no_wrap=True)
+            table.add_column(f"s{stage}" if compact else f"stage {stage}", no_wrap=True)
         for replica in range(w.d_dp):
             cells = []
             for stage in range(w.d_pp):
@@ -151,10 +158,14 @@ class RankMapScreen(ConsoleScreen):
                 style = colours[devices[row].region or "unlabelled"]
                 if row in hot:
                     style += " reverse bold"
-                if against is not None and int(against[row]) != int(sol.rank_map[row]):
+                moved = against is not None and int(against[row]) != int(sol.rank_map[row])
+                if dots and not moved:
+                    cells.append(Text("·", style="dim"))
+                    continue
+                if moved and not dots:
                     style += " underline"
                 cells.append(Text(names[row], style=style))
-            table.add_row(f"replica {replica}", *cells)
+            table.add_row(f"r{replica}" if compact else f"replica {replica}", *cells)
         return table
 
     def _edges(self, score, devices) -> Text:
