@@ -199,7 +199,7 @@ class FleetScreen(ConsoleScreen):
         self._update(name, state="connecting", error="", key_error=None)
         try:
             ssh = await pool.session(row.host)
-            gpus, versions = await self._discover(ssh, row.host)
+            gpus, versions, labels = await self._discover(ssh, row.host)
         except HostKeyError as exc:
             if exc.kind == "unknown":
                 self._update(name, state="new host key", error=f"unknown key {exc.fingerprint} (k: review)", key_error=exc)
@@ -209,22 +209,18 @@ class FleetScreen(ConsoleScreen):
         except SSHError as exc:
             self._update(name, state="failed", error=" ".join(str(exc).split()))
             return
-        self._update(name, state="connected", gpus=gpus, versions=versions)
+        self._update(name, state="connected", gpus=gpus, versions=versions, labels=labels)
 
-    async def _discover(self, ssh: Any, host: Any) -> tuple[str, str]:
-        """GPU count and versions: probes.discovery when present, else two plain commands."""
-        try:
-            from probes import discovery
-        except ImportError:
-            discovery = None
-        if discovery is not None and hasattr(discovery, "discover_host"):
-            info = await discovery.discover_host(ssh, host)
-            gpus = getattr(info, "gpus", ())
-            versions = getattr(info, "versions", None) or {}
-            text = ", ".join(f"{k} {v}" for k, v in dict(versions).items()) or "-"
-            return (str(len(gpus)) if gpus else "CPU"), text
-        smi = await ssh.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], timeout=15)
-        gpus = str(len(smi.stdout.split())) if smi.ok and smi.stdout.strip() else "CPU"
-        py = await ssh.run([host.python, "-c", "import sys; print(sys.version.split()[0])"], timeout=15)
-        versions = f"python {py.stdout.strip()}" if py.ok else f"python: {py.stderr.strip()[:40]}"
-        return gpus, versions
+    async def _discover(self, ssh: Any, host: Any) -> tuple[str, str, str | None]:
+        """GPU summary, versions and labels from probes.discovery (the sweep's own)."""
+        from probes.discovery import discover_host, peer_for
+
+        hosts = [r.host for r in self.fleet.rows.values() if r.host is not None]
+        k = next(i for i, h in enumerate(hosts) if h.name == host.name)
+        info = await discover_host(ssh, host, peer=peer_for(hosts, k), timeout=30)
+        gpus = f"{len(info.gpus)} x {info.gpus[0].name}" if info.gpus else "CPU"
+        versions = ", ".join(
+            f"{name} {value}" for name, value in
+            (("python", info.python_version), ("torch", info.torch), ("nccl", info.nccl)) if value
+        ) or "-"
+        return gpus, versions, _labels(info)

@@ -1,0 +1,96 @@
+"""The console on the emulated SSH fleet: connect and discover, then a live sweep."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+from app_support import demo_app
+from screens.dialogs import ConfirmDialog
+from screens.heatmap_view import Heatmap
+
+pytestmark = pytest.mark.fleet
+
+
+async def wait_until(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)
+
+
+async def test_connect_discovers_every_host(emulated_fleet):
+    f = emulated_fleet
+    app = demo_app(inventory=f.inventory_path)
+    app.session.known_hosts = str(f.known_hosts_path)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("c")
+        screen = app.screen
+        names = [h.name for h in f.hosts]
+        await wait_until(lambda: all(screen.fleet.rows[n].state in ("connected", "failed") for n in names), 120)
+        for n in names:
+            row = screen.fleet.rows[n]
+            assert row.state == "connected", row.error
+            assert row.gpus == "CPU" and "python" in row.versions
+
+
+async def test_unknown_host_key_waits_for_a_confirmation(emulated_fleet, tmp_path):
+    f = emulated_fleet
+    app = demo_app(inventory=f.inventory_path)
+    app.session.known_hosts = str(tmp_path / "empty_known_hosts")
+    name = f.hosts[0].name
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("r")  # retry the first (selected) host
+        screen = app.screen
+        await wait_until(lambda: screen.fleet.rows[name].state not in ("not connected", "connecting"), 60)
+        row = screen.fleet.rows[name]
+        assert row.state == "new host key" and "SHA256:" in row.error
+        await pilot.press("k")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmDialog)
+        assert row.key_error.fingerprint in app.screen.body
+        await pilot.press("y")
+        await wait_until(lambda: screen.fleet.rows[name].state in ("connected", "failed"), 60)
+        assert screen.fleet.rows[name].state == "connected", screen.fleet.rows[name].error
+        assert len((tmp_path / "empty_known_hosts").read_text().splitlines()) == 1
+
+
+async def test_sweep_fills_the_heatmap_live(emulated_fleet):
+    f = emulated_fleet
+    app = demo_app(inventory=f.inventory_path)
+    app.session.known_hosts = str(f.known_hosts_path)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2", "s")
+        screen = app.screen
+        heatmap = screen.query_one(Heatmap)
+        seen_partial = []
+
+        def measured() -> int:
+            fab = heatmap.fabric
+            if fab is None:
+                return 0
+            finite = np.isfinite(fab.alpha_ms)
+            np.fill_diagonal(finite, False)
+            count = int(finite.sum())
+            total = fab.n * (fab.n - 1)
+            if 0 < count < total:
+                seen_partial.append(count)
+            return count
+
+        await wait_until(lambda: measured() > 0 or screen.sweep is None and app.session.fabric is not None, 240)
+        await wait_until(lambda: screen.sweep is None, 300)
+        await pilot.pause()
+        fabric = app.session.fabric
+        assert fabric is not None and fabric.n == len(f.hosts)
+        assert fabric.missing_pairs() == []
+        assert seen_partial, "the heatmap never showed a partly measured fabric"
+        assert "sweep done" in str(screen.query_one("#sweep-status").render())
+        # Measured bandwidth follows the tbf rate of each link (about 95 % of it).
+        names = [d.host for d in fabric.devices]
+        i, j = names.index("h0"), names.index("h1")
+        rate = f.rates_mbit[("h0", "h1")] / 1000
+        assert 0.7 * rate < fabric.beta_gbps[i, j] < 1.1 * rate
