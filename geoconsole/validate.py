@@ -244,11 +244,21 @@ async def run_validation(
         def sink(p, stream, line, out=out, errors=errors):
             (out if p.rank == 0 and stream == "stdout" else errors).append(f"[rank {p.rank} {p.host}] {line}")
 
-        result = await asyncio.wait_for(run_plan(plan, sessions, sink=sink), timeout_s + 60)
-        doc = parse_worker_output([line.split("] ", 1)[-1] for line in out])
-        if result.interrupted:
+        task = asyncio.ensure_future(run_plan(plan, sessions, sink=sink))
+        try:
+            done, _ = await asyncio.wait({task}, timeout=timeout_s + 60)
+        except asyncio.CancelledError:  # Ctrl-C: stop this placement's ranks, report the rest
+            task.cancel()
+            await task
             pl.error = "interrupted"
             break
+        if not done:  # the worker's own timeouts did not end it: stop every rank
+            task.cancel()
+            await task
+            pl.error = f"timed out after {timeout_s + 60:g} s"
+            continue
+        result = task.result()
+        doc = parse_worker_output([line.split("] ", 1)[-1] for line in out])
         if not result.ok or doc is None:
             tail = (errors or out or ["no output"])[-1]
             pl.error = f"{result.reason or 'no measurement'}: {tail}"

@@ -94,6 +94,14 @@ class Comm:
                 req.wait()
         self.torch.cuda.synchronize()
 
+    def close(self):
+        """Barrier, then join the library's threads (gloo aborts at exit otherwise)."""
+        self.barrier()
+        if self.backend == "gloo":
+            self.pg.shutdown()
+        else:
+            self.dist.destroy_process_group()
+
     def barrier(self):
         if self.backend == "gloo":
             self.pg.barrier().wait()
@@ -162,7 +170,7 @@ def main(argv=None) -> int:
                "data_p_s": [t - q for t, q in zip(total, pipeline)],
                "world_size": world, "backend": a.backend}
         print(MARKER + " " + json.dumps(doc), flush=True)
-    comm.barrier()
+    comm.close()
     return 0
 
 

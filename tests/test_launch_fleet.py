@@ -39,6 +39,8 @@ t = torch.tensor([float(rank)])
 pg.allreduce([t]).wait()
 print("REPORT rank=%d world=%d host=%s sum=%d master=%s" % (
     rank, world, socket.gethostname(), int(t.item()), os.environ["MASTER_ADDR"]), flush=True)
+pg.barrier().wait()
+pg.shutdown()  # join gloo's threads before exit (else C++ terminate at interpreter exit)
 """
 
 # Plain init_process_group: gloo binds to GLOO_SOCKET_IFNAME, the interface the launcher
@@ -124,7 +126,7 @@ async def test_torchrun_gloo_ranks_run_where_planned(emulated_fleet):
     lines = Lines()
     async with SSHPool(known_hosts=fleet.known_hosts_path) as pool:
         result = await run_plan(plan, await _sessions(pool, inv), sink=lines)
-    assert result.ok, (result.to_json(), lines.items[-20:])
+    assert result.ok, (result.to_json(), "\n".join(map(str, lines.items)))
     reports = lines.reports()
     assert sorted(reports) == [0, 1, 2, 3]
     for p in plan.processes:
@@ -192,4 +194,31 @@ async def test_interrupt_stops_every_rank(emulated_fleet):
         task.cancel()
         result = await task
     assert result.interrupted and result.aborted
+    assert _wait_gone(fleet, token) == []
+
+
+async def test_lost_host_aborts_the_job_and_its_ranks_die_with_the_channel(emulated_fleet):
+    """A host drops off (sshd and its sessions killed): its rank sees EOF and stops; the
+    launcher reports the lost connection and stops every other rank."""
+    fleet = emulated_fleet
+    inv, hosts = _inventory(fleet)
+    devices = [Device(h.name) for h in inv.hosts]
+    prog, token = _program(fleet, HANGING_PROGRAM)
+    plan = build_plan([0, 1, 2, 3], devices, hosts, [prog], mode="env", backend="gloo", port=29650)
+    lines = Lines()
+    try:
+        async with SSHPool(known_hosts=fleet.known_hosts_path) as pool:
+            task = asyncio.ensure_future(run_plan(plan, await _sessions(pool, inv), sink=lines, grace_s=2))
+            deadline = time.monotonic() + 60
+            while sum(line.startswith("READY") for _r, _h, line in lines.items) < 4:
+                assert time.monotonic() < deadline and not task.done(), lines.items
+                await asyncio.sleep(0.1)
+            await asyncio.to_thread(fleet.stop_sshd, "h1")
+            result = await asyncio.wait_for(task, 60)
+    finally:
+        fleet.start_sshd("h1")
+    assert result.aborted and not result.ok
+    lost = {o.rank: o for o in result.outcomes}[1]
+    assert lost.error and "connection lost" in lost.error
+    assert "rank 1 on h1 failed" in result.reason
     assert _wait_gone(fleet, token) == []
