@@ -260,8 +260,28 @@ class SSHPool:
             except (asyncio.TimeoutError, TimeoutError):
                 raise ConnectError(host.name, f"connect to {where} timed out after {self.connect_timeout:g} s") from None
             except (OSError, asyncssh.Error) as exc:
+                # With keys recorded, asyncssh offers only their types; a server whose key
+                # changed type then drops the handshake. Tell that apart from other failures.
+                changed = await self._changed_key_error(host)
+                if changed is not None:
+                    raise changed from None
                 reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
                 raise ConnectError(host.name, f"cannot connect to {where}: {reason}") from None
+
+    async def _changed_key_error(self, host: HostLike) -> HostKeyError | None:
+        """A HostKeyError if the host now offers a key that known_hosts does not hold."""
+        recorded = self._recorded_keys(host.address, host.address, host.port)
+        if not recorded:
+            return None
+        try:
+            key = await asyncio.wait_for(
+                asyncssh.get_server_host_key(host.address, host.port), self.connect_timeout)
+        except Exception:
+            return None
+        if key is None or key in recorded:
+            return None
+        return HostKeyError(host.name, "changed", key.get_algorithm(), key.get_fingerprint("sha256"),
+                            str(self.known_hosts_path))
 
     async def session(self, host: HostLike) -> "HostSession":
         """The pool's session for ``host``, connecting on first use."""
@@ -351,11 +371,16 @@ class HostSession:
         for attempt in (0, 1):
             if self.closed:
                 await self.reconnect()
+            process = None
             try:
-                proc = await asyncio.wait_for(
-                    self.conn.run(command, input=input, check=False), limit
-                )
+                process = await self.conn.create_process(command, input=input)
+                proc = await asyncio.wait_for(process.wait(check=False), limit)
             except (asyncio.TimeoutError, TimeoutError):
+                # Close the channel: sshd closes the command's pipes (EOF, SIGPIPE).
+                # Long-running remote work should be started like the probe workers
+                # (setsid + pid file) so that it can be killed for certain.
+                if process is not None:
+                    process.close()
                 raise CommandTimeout(self.host.name, f"command timed out after {limit:g} s: {_short(command)}") from None
             except (asyncssh.ConnectionLost, asyncssh.DisconnectError, asyncssh.ChannelOpenError, BrokenPipeError, ConnectionError) as exc:
                 if attempt == 0 and retry:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 
 import pytest
 from typer.testing import CliRunner
@@ -10,7 +12,7 @@ from typer.testing import CliRunner
 from conftest import require_fleet
 from geoconsole.cli import app
 from geoconsole.inventory import load_inventory
-from probes.ssh import ConnectError, HostKeyError, SSHPool
+from probes.ssh import CommandTimeout, ConnectError, HostKeyError, SSHPool
 
 pytestmark = pytest.mark.fleet
 
@@ -126,3 +128,42 @@ def test_pool_refuses_unknown_key_with_fingerprint(emulated_fleet, tmp_path):
     fingerprint = asyncssh.import_public_key(pub).get_fingerprint("sha256")
     assert info.value.kind == "unknown" and info.value.fingerprint == fingerprint
     assert not (tmp_path / "absent").exists()
+
+
+def test_changed_key_of_another_type_is_refused_as_changed(emulated_fleet, tmp_path):
+    require_fleet()
+    fleet = emulated_fleet
+    host = load_inventory(fleet.inventory_path, ssh_config=None).host("h1")
+    import asyncssh
+
+    rsa = asyncssh.generate_private_key("ssh-rsa", key_size=2048).export_public_key().decode().split()
+    known = tmp_path / "known_hosts"
+    known.write_text(f"{host.address} {rsa[0]} {rsa[1]}\n")
+
+    async def run():
+        async with SSHPool(known_hosts=known, accept_new=True) as pool:
+            await pool.session(host)
+
+    with pytest.raises(HostKeyError) as info:
+        asyncio.run(run())
+    assert info.value.kind == "changed"
+    assert "host key CHANGED" in str(info.value)
+    assert known.read_text().count("\n") == 1
+
+
+def test_command_timeout_raises_and_the_session_stays_usable(emulated_fleet):
+    require_fleet()
+    fleet = emulated_fleet
+    host = load_inventory(fleet.inventory_path, ssh_config=None).host("h0")
+
+    async def run():
+        async with SSHPool(known_hosts=fleet.known_hosts_path) as pool:
+            session = await pool.session(host)
+            with pytest.raises(CommandTimeout, match=r"h0: command timed out after 0.5 s: sh -c"):
+                await session.run(["sh", "-c", "read line; sleep 30"], timeout=0.5)
+            return (await session.run(["echo", "still usable"])).stdout
+
+    assert asyncio.run(run()) == "still usable\n"
+    for pid, cmd in fleet.processes("h0"):  # the closed command may linger; tidy up
+        if "sleep 30" in cmd:
+            os.kill(pid, signal.SIGKILL)
