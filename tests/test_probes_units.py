@@ -157,3 +157,67 @@ def test_unmeasured_pairs_are_named_with_reasons():
         "f.json: 2 device pairs unmeasured: a - c:0 (host-lost: c: gone), b - c:0 (host-lost: c: gone)")
     complete = Fabric(np.zeros((2, 2)), np.ones((2, 2)), ("a", "b"))
     assert unmeasured_message(complete) is None
+
+
+# -- discovery output parsing ------------------------------------------------------------------
+
+from probes.discovery import discovery_script, parse_discovery  # noqa: E402
+from geoconsole.inventory import Host  # noqa: E402
+
+GCE_OUTPUT = """@@hostname
+trainer-7
+@@route
+10.0.0.9 via 10.0.0.1 dev ens4 src 10.0.0.7 uid 0
+@@interface
+@@mtu
+lo 65536
+ens4 1460
+@@cc
+cubic
+@@cc-available
+reno cubic bbr
+@@product
+Google Compute Engine
+@@versions
+{"python": "3.11.7", "torch": "2.13.0", "nccl": "2.27.3"}
+@@gce
+projects/123456/zones/europe-west4-a
+@@end
+"""
+
+
+def test_discovery_parses_a_cpu_host_on_gce():
+    info = parse_discovery(Host(name="t7", address="10.0.0.7"), GCE_OUTPUT, labels={"region": "flag-region"})
+    assert info.cpu_host and info.devices == (None,) and info.gpus == ()
+    assert (info.hostname, info.interface, info.mtu) == ("trainer-7", "ens4", 1460)
+    assert (info.congestion_control, info.congestion_available) == ("cubic", ("reno", "cubic", "bbr"))
+    assert (info.torch, info.nccl, info.python_version) == ("2.13.0", "2.27.3", "3.11.7")
+    assert (info.region, info.zone, info.location_source) == ("europe-west4", "europe-west4-a", "gce")
+
+
+def test_location_precedence_inventory_then_gce_then_flags():
+    inv = Host(name="t7", address="10.0.0.7", region="my-region", zone="my-zone")
+    info = parse_discovery(inv, GCE_OUTPUT)
+    assert (info.region, info.zone, info.location_source) == ("my-region", "my-zone", "inventory")
+    not_google = GCE_OUTPUT.replace("Google Compute Engine", "PowerEdge R750").split("@@gce")[0] + "@@end\n"
+    info = parse_discovery(Host(name="t7", address="10.0.0.7"), not_google, labels={"region": "r", "zone": "z"})
+    assert (info.region, info.zone, info.location_source) == ("r", "z", "flags")
+    timed_out = GCE_OUTPUT.replace("projects/123456/zones/europe-west4-a", "error URLError")
+    info = parse_discovery(Host(name="t7", address="10.0.0.7"), timed_out)
+    assert info.region is None and any("GCE metadata server: error URLError" in n for n in info.notes)
+
+
+def test_inventory_interface_wins_and_failed_nvidia_smi_means_cpu_host():
+    text = GCE_OUTPUT.replace("@@interface\n", "@@interface\nens5\n").replace(
+        "@@route", "@@gpus\nNVIDIA-SMI has failed because it couldn't communicate with the driver\n@@gpus-rc 9\n@@route")
+    info = parse_discovery(Host(name="t7", address="10.0.0.7", interface="ens5"), text)
+    assert info.interface == "ens5" and info.mtu is None
+    assert info.cpu_host and any("nvidia-smi failed" in n for n in info.notes)
+
+
+def test_discovery_script_quotes_inventory_values():
+    script = discovery_script("/opt/my env/py;rm -rf ~", "10.0.0.1; reboot", None)
+    assert "'/opt/my env/py;rm -rf ~' -c" in script
+    assert "ip -o route get '10.0.0.1; reboot'" in script
+    out = subprocess.run(["sh", "-n", "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
