@@ -57,11 +57,12 @@ print("REPORT rank=%d host=%s sum=%d ifname=%s" % (dist.get_rank(), socket.getho
 dist.destroy_process_group()
 """
 
-# Every rank starts a grandchild (sleep) to prove the whole tree is stopped; rank FAIL
-# exits 3 after a moment, the others would run for minutes.
+# Every rank starts a grandchild that ignores SIGTERM (so only the SIGKILL after the
+# grace period stops it) to prove the whole tree is stopped; rank FAIL exits 3 after a
+# moment, the others would run for minutes.
 HANGING_PROGRAM = """\
 import os, subprocess, sys, time
-subprocess.Popen(["sh", "-c", "sleep 300; : " + sys.argv[0]])
+subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 300; : " + sys.argv[0]])
 print("READY", os.environ["RANK"], flush=True)
 if os.environ["RANK"] == os.environ.get("FAIL_RANK"):
     time.sleep(2)
