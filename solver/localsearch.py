@@ -79,6 +79,16 @@ class GridState:
             if 0 <= e < self.p - 1:
                 self._refresh_edge(e)
 
+    def critical_devices(self) -> list[int]:
+        """Devices that set the score: the worst stage group (largest peer sum first),
+        then both ends of every edge's bottleneck link, slowest edge first."""
+        worst_col = self.grid[:, int(self.col_dp.argmax())]
+        out = [int(d) for d in worst_col[np.argsort(-self.sums[worst_col], kind="stable")]]
+        for e in np.argsort(-self.edge, kind="stable"):
+            rep = int(self.top_idx[0, e])
+            out += [int(self.grid[rep, e]), int(self.grid[rep, e + 1])]
+        return out
+
     def _max_excluding(self, e: np.ndarray, r1: int, r2: np.ndarray) -> np.ndarray:
         """Largest link of edge ``e[c]`` over replicas other than ``r1`` and ``r2[c]``."""
         out = np.full(len(e), -np.inf)
@@ -176,11 +186,7 @@ def local_search(
     tolerance = 1e-12
     while evals < max_evals and not should_stop():
         improved = False
-        worst_col = state.grid[:, int(state.col_dp.argmax())]
-        critical = [int(d) for d in worst_col[np.argsort(-state.sums[worst_col])]]
-        for e in np.argsort(-state.edge):
-            rep = int(state.model.t_pp[state.grid[:, e], state.grid[:, e + 1]].argmax())
-            critical += [int(state.grid[rep, e]), int(state.grid[rep, e + 1])]
+        critical = state.critical_devices()
         seen = set()
         order = [d for d in critical + rng.permutation(n).tolist() if not (d in seen or seen.add(d))]
         for a in order:

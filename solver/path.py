@@ -175,9 +175,35 @@ def approximate_path(cost: np.ndarray, *, starts: int | None = None) -> tuple[fl
     return float(best_len), best
 
 
+#: Up to this many stages, all orders are scored in one array operation (k! rows).
+ENUMERATE_MAX = 7
+_ORDERS: dict[int, np.ndarray] = {}
+
+
+def enumerated_path(cost: np.ndarray) -> tuple[float, list[int]]:
+    """Exact path by scoring every order at once; for ``k <= ENUMERATE_MAX``. O(k! k)."""
+    c = _check(cost)
+    k = c.shape[0]
+    if k > ENUMERATE_MAX:
+        raise ValueError(f"enumerated_path handles at most {ENUMERATE_MAX} stages, got {k}")
+    if k not in _ORDERS:
+        import itertools
+
+        _ORDERS[k] = np.array(list(itertools.permutations(range(k))), dtype=np.intp).reshape(-1, k)
+    orders = _ORDERS[k]
+    if k <= 1:
+        return 0.0, list(range(k))
+    lengths = c[orders[:, :-1], orders[:, 1:]].sum(axis=1)
+    best = int(lengths.argmin())
+    return float(lengths[best]), orders[best].tolist()
+
+
 def best_path(cost: np.ndarray) -> tuple[float, list[int], bool]:
-    """``(length, path, exact)``: Held-Karp up to HELD_KARP_MAX stages, else approximate."""
+    """``(length, path, exact)``: exact up to HELD_KARP_MAX stages, else approximate."""
     k = np.asarray(cost).shape[0]
+    if k <= ENUMERATE_MAX:
+        length, path = enumerated_path(cost)
+        return length, path, True
     if k <= HELD_KARP_MAX:
         length, path = held_karp_path(cost)
         return length, path, True

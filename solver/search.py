@@ -30,11 +30,14 @@ from scipy.cluster.hierarchy import leaves_list, linkage
 from scipy.spatial.distance import squareform
 
 from solver.cost import CostModel, Score, rank_map_from_grid
+from solver.enumerate import optimal_grid
 from solver.localsearch import GridState, local_search
+from solver.partition_moves import partition_pass
 
 #: Result status codes (``PlacementResult.status``).
-CONVERGED, BUDGET, TIME_LIMIT, CANCELLED = 0, 1, 2, 3
+CONVERGED, BUDGET, TIME_LIMIT, CANCELLED, OPTIMAL = 0, 1, 2, 3, 4
 _MESSAGES = {
+    OPTIMAL: "optimal: every balanced partition was enumerated",
     CONVERGED: "search converged (no improving swap after every restart)",
     BUDGET: "evaluation budget used up",
     TIME_LIMIT: "time limit reached; best placement so far",
@@ -72,6 +75,7 @@ class PlacementResult:
     restarts: int
     start: str  #: the start that led to the best placement
     exact_path: bool  #: pipeline order solved exactly (D_PP <= 16)
+    optimal: bool = False  #: certified optimal (small instance, enumerated)
     history: list[tuple[float, float]] = field(default_factory=list)  #: (elapsed, best)
 
 
@@ -173,14 +177,26 @@ class _Run:
             self.nfev += evals
             self.nit += moves
             self.offer(state.grid, state.score, start)
-            polished = self.polish(state.grid)
-            polished_state = GridState(self.model, polished)
-            if polished_state.score < state.score - 1e-12 * max(1.0, state.score):
+            polished = GridState(self.model, self.polish(state.grid))
+            if polished.score < state.score - 1e-12 * max(1.0, state.score):
                 self.nit += 1
-                state = polished_state
+                state = polished
                 self.offer(state.grid, state.score, start)
-            else:  # local search ended at a local optimum that polishing cannot improve
+                continue
+            if polished.score <= state.score:  # same partition, columns in pipeline order
+                state = polished
+            if self.should_stop():
                 break
+            better, evals = partition_pass(
+                self.model, state.grid, state.critical_devices(),
+                max_evals=self.budget - self.nfev, should_stop=self.should_stop,
+            )
+            self.nfev += evals
+            if better is None:
+                break
+            self.nit += 1
+            state = GridState(self.model, better)
+            self.offer(state.grid, state.score, start)
         return state.grid
 
 
@@ -189,7 +205,7 @@ def solve(
     *,
     seed: int = 0,
     budget: int | None = None,
-    restarts: int = 4,
+    restarts: int = 8,
     time_limit: float | None = None,
     callback: Callable[[SolveProgress], None] | None = None,
     seed_orders: Sequence[Sequence[int]] | None = None,
@@ -215,22 +231,35 @@ def solve(
         raise ValueError(f"time_limit: must be > 0 seconds, got {time_limit}")
     run = _Run(model, default_budget(model.n) if budget is None else int(budget), time_limit, callback)
     rng = np.random.default_rng(seed)
-    for name, grid in _starts(model, seed_orders):
+    starts = _starts(model, seed_orders)
+    run.phase = "enumeration"
+    exact_grid, scored = optimal_grid(model, run.should_stop)
+    run.nfev += scored
+    if exact_grid is not None:
+        run.offer(exact_grid, model.score_grid(exact_grid).comm, "enumeration")
+        run.status = OPTIMAL
+        starts = []
+    run.phase = "seeds"
+    for name, grid in starts:
         if run.best is not None and run.should_stop():
             break
         run.descend(grid, rng, name)
     run.phase = "restarts"
-    swaps = max(2, model.n // 16)
-    for k in range(restarts):
+    for k in range(restarts if exact_grid is None else 0):
         if run.should_stop():
             break
         run.restart = k + 1
-        grid = run.best.copy()
-        flat = grid.ravel()
-        for _ in range(swaps):
-            i, j = rng.choice(model.n, size=2, replace=False)
-            flat[i], flat[j] = flat[j], flat[i]
-        run.descend(grid, rng, f"restart {k + 1}")
+        if k % 2 == 1:  # every other restart starts afresh from a random placement
+            grid = rng.permutation(model.n).reshape(run.best.shape)
+            name = f"restart {k + 1} (random)"
+        else:  # perturb the best with a few random swaps (iterated local search)
+            grid = run.best.copy()
+            flat = grid.ravel()
+            for _ in range(int(rng.integers(2, max(3, model.n // 8 + 1)))):
+                i, j = rng.choice(model.n, size=2, replace=False)
+                flat[i], flat[j] = flat[j], flat[i]
+            name = f"restart {k + 1} (perturbed best)"
+        run.descend(grid, rng, name)
     score = model.score_grid(run.best)
     run.phase = "done"
     run.report(force=True) if run.status != CANCELLED else None
@@ -249,4 +278,5 @@ def solve(
         start=run.best_start,
         exact_path=run.exact_path,
         history=run.history,
+        optimal=run.status == OPTIMAL,
     )

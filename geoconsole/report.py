@@ -1,0 +1,170 @@
+"""Solve reports: one JSON document (for --json, records and the console) and its text form."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Sequence
+
+import numpy as np
+
+from solver.baselines import Distribution
+from solver.bounds import Bound
+from solver.cost import CostModel, Score
+from solver.fabric import Fabric
+from solver.search import PlacementResult
+
+
+def label_summary(fabric: Fabric, devices: Sequence[int]) -> str:
+    """Where a set of devices lies, by fabric label ("same label Oregon", "spans 3 labels")."""
+    counts = Counter(fabric.labels[d] for d in devices)
+    if len(counts) == 1:
+        return f"same label {next(iter(counts))}"
+    parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    return f"spans {len(counts)} labels ({parts})"
+
+
+def locality_summaries(fabric: Fabric, grid: np.ndarray) -> tuple[list[str], list[str]]:
+    """Words for each stage group (column) and each pipeline (row) of a grid."""
+    try:  # region/zone/network-group words when the fabric knows its devices
+        from solver.locality import solution_locality
+
+        if fabric.devices is not None:
+            words = solution_locality(fabric.devices, grid)
+            return list(words["stage_groups"]), list(words["pipelines"])
+    except ImportError:
+        pass
+    stages = [label_summary(fabric, grid[:, s]) for s in range(grid.shape[1])]
+    pipes = [label_summary(fabric, grid[r, :]) for r in range(grid.shape[0])]
+    return stages, pipes
+
+
+def score_json(fabric: Fabric, score: Score) -> dict[str, Any]:
+    stages, pipes = locality_summaries(fabric, score.grid)
+    grid = score.grid
+    return {
+        "comm_s": score.comm,
+        "data_p_s": score.data_p,
+        "pipeline_s": score.pipeline,
+        "worst_device": {"row": score.worst_device, "name": fabric.device_name(score.worst_device)},
+        "stage_groups": [
+            {
+                "stage": s,
+                "devices": grid[:, s].tolist(),
+                "names": [fabric.device_name(d) for d in grid[:, s]],
+                "data_p_s": float(score.stage_data_p[s]),
+                "locality": stages[s],
+            }
+            for s in range(grid.shape[1])
+        ],
+        "pipeline_edges": [
+            {
+                "from_stage": s,
+                "to_stage": s + 1,
+                "cost_s": float(score.edge_s[s]),
+                "bottleneck": [fabric.device_name(a), fabric.device_name(b)],
+            }
+            for s, (a, b) in enumerate(score.bottlenecks)
+        ],
+        "pipelines": [
+            {"replica": r, "devices": grid[r].tolist(), "locality": pipes[r]}
+            for r in range(grid.shape[0])
+        ],
+        "rank_map": score.rank_map.tolist(),
+    }
+
+
+def solve_json(
+    fabric: Fabric,
+    model: CostModel,
+    result: PlacementResult,
+    baselines: list[Distribution],
+    bound: Bound,
+) -> dict[str, Any]:
+    """Everything ``solve`` reports, as plain JSON types."""
+    doc = {
+        "fabric": {"source": fabric.source, "devices": fabric.n, "sha256": fabric.sha256()},
+        "workload": model.workload.to_json(),
+        "score": score_json(fabric, result.score),
+        "baselines": [
+            {**d.to_json(), "ratio_median": d.median / result.fun if result.fun > 0 else None}
+            for d in baselines
+        ],
+        "lower_bound": {
+            "comm_s": bound.value,
+            "data_p_s": bound.data_p,
+            "pipeline_s": bound.pipeline,
+            "gap": (result.fun - bound.value) / result.fun if result.fun > 0 else 0.0,
+        },
+        "search": {
+            "status": result.status,
+            "message": result.message,
+            "seed": result.seed,
+            "budget": result.budget,
+            "restarts": result.restarts,
+            "nit": result.nit,
+            "nfev": result.nfev,
+            "elapsed_s": round(result.elapsed_s, 4),
+            "best_start": result.start,
+            "exact_pipeline_order": result.exact_path,
+        },
+        "rank_map": result.x.tolist(),
+    }
+    return doc
+
+
+def format_rank_map(rank_map: Sequence[int]) -> str:
+    return "rank_map=(" + " ".join(str(int(x)) for x in rank_map) + ")"
+
+
+def format_score(doc: dict[str, Any]) -> list[str]:
+    """Text lines for a score document (``score_json``)."""
+    lines = [
+        f"Comm       {doc['comm_s']:.3f} s  (DataP {doc['data_p_s']:.3f} s + "
+        f"Pipeline {doc['pipeline_s']:.3f} s)",
+        f"DataP is set by {doc['worst_device']['name']}",
+        "stage groups:",
+    ]
+    for g in doc["stage_groups"]:
+        lines.append(f"  stage {g['stage']:>2}  DataP {g['data_p_s']:8.3f} s  {g['locality']}")
+    if doc["pipeline_edges"]:
+        lines.append("pipeline edges (bottleneck link):")
+        for e in doc["pipeline_edges"]:
+            a, b = e["bottleneck"]
+            lines.append(
+                f"  stage {e['from_stage']:>2} -> {e['to_stage']:>2}  {e['cost_s']:8.3f} s  {a} - {b}"
+            )
+    return lines
+
+
+def format_solve(doc: dict[str, Any]) -> str:
+    """The human form of ``solve_json``."""
+    w = doc["workload"]
+    f = doc["fabric"]
+    lines = [
+        f"fabric     {f['source']}  ({f['devices']} devices, sha256 {f['sha256'][:12]})",
+        f"workload   D_PP {w['d_pp']} x D_DP {w['d_dp']}; c_pp {w['c_pp']:g} GB x "
+        f"{w['pp_messages']:g} msg; c_dp {w['c_dp']:g} GB x {w['dp_messages']:g} msg",
+    ]
+    lines += format_score(doc["score"])
+    comm = doc["score"]["comm_s"]
+    for d in doc["baselines"]:
+        ratio = f"{d['ratio_median']:.2f}x" if d["ratio_median"] else "n/a"
+        lines.append(
+            f"{d['name']:<20} ({d['samples']} samples): min {d['min']:.2f}  median "
+            f"{d['median']:.2f}  max {d['max']:.2f} s; median / Comm = {ratio}"
+        )
+    b = doc["lower_bound"]
+    lines.append(
+        f"lower bound {b['comm_s']:.3f} s (DataP >= {b['data_p_s']:.3f}, Pipeline >= "
+        f"{b['pipeline_s']:.3f}); Comm is at most {100 * b['gap']:.1f}% above the optimum"
+    )
+    s = doc["search"]
+    order = "exact" if s["exact_pipeline_order"] else "approximate (D_PP > 16)"
+    lines.append(
+        f"search     {s['message']}; {s['nit']} moves, {s['nfev']} swaps scored, "
+        f"{s['elapsed_s']:.2f} s, seed {s['seed']}, best from \"{s['best_start']}\"; "
+        f"pipeline order {order}"
+    )
+    lines.append(f"model score {comm:.3f} s (a communication model, not a wall-clock time)")
+    lines.append(format_rank_map(doc["rank_map"]))
+    return "\n".join(lines)

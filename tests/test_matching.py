@@ -1,0 +1,68 @@
+"""Bottleneck perfect matching against brute force and the min-sum trap."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from solver.matching import bottleneck_matching, is_perfect_matching
+
+
+def brute_force(cost):
+    n = cost.shape[0]
+    return min(max(cost[i, p[i]] for i in range(n)) for p in itertools.permutations(range(n)))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_equals_brute_force_on_random_matrices(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(60):
+        n = int(rng.integers(1, 7))
+        cost = rng.random((n, n))
+        if rng.random() < 0.4:  # many ties
+            cost = np.round(cost * 3)
+        value, matching = bottleneck_matching(cost)
+        assert is_perfect_matching(matching, n)
+        assert value == pytest.approx(brute_force(cost), abs=1e-12)
+        assert max(cost[i, matching[i]] for i in range(n)) == pytest.approx(value, abs=1e-12)
+
+
+def test_min_max_differs_from_min_sum():
+    probe = np.array([[0.0, 6.0], [6.0, 10.0]])
+    value, matching = bottleneck_matching(probe)
+    assert value == 6.0 and matching == [1, 0]
+
+
+def test_large_matrix_is_a_permutation_with_the_reported_value():
+    rng = np.random.default_rng(3)
+    cost = rng.random((128, 128))
+    value, matching = bottleneck_matching(cost)
+    assert is_perfect_matching(matching, 128)
+    assert cost[np.arange(128), matching].max() == value
+
+
+def test_rejects_non_square_and_non_finite():
+    with pytest.raises(ValueError, match="square"):
+        bottleneck_matching(np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="finite"):
+        bottleneck_matching(np.array([[0.0, np.nan], [1.0, 0.0]]))
+
+
+def test_empty_matrix():
+    assert bottleneck_matching(np.zeros((0, 0))) == (0.0, [])
+
+
+@pytest.mark.parametrize("n", [6, 9, 16, 24, 30])
+def test_kuhn_and_hopcroft_karp_paths_agree(n, monkeypatch):
+    import solver.matching as matching
+
+    rng = np.random.default_rng(n)
+    for _ in range(5):
+        cost = np.round(rng.random((n, n)) * 20)
+        expected, _ = bottleneck_matching(cost)
+        monkeypatch.setattr(matching, "KUHN_MAX", 0)
+        monkeypatch.setattr(matching, "PERMUTATION_MAX", 0)
+        other, match = bottleneck_matching(cost)
+        monkeypatch.undo()
+        assert other == expected
+        assert cost[np.arange(n), match].max() == expected

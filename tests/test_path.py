@@ -1,0 +1,60 @@
+"""Open Hamiltonian path: Held-Karp against brute force; the approximation against Held-Karp."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from solver.path import HELD_KARP_MAX, approximate_path, best_path, held_karp_path, path_length
+
+
+def symmetric(rng, k):
+    c = rng.random((k, k))
+    c = (c + c.T) / 2
+    np.fill_diagonal(c, 0.0)
+    return c
+
+
+def brute_force(c):
+    k = c.shape[0]
+    return min(path_length(c, list(p)) for p in itertools.permutations(range(k)))
+
+
+@pytest.mark.parametrize("k", range(1, 8))
+def test_held_karp_equals_brute_force(k):
+    rng = np.random.default_rng(k)
+    for _ in range(15):
+        c = symmetric(rng, k)
+        value, path = held_karp_path(c)
+        assert sorted(path) == list(range(k))
+        assert path_length(c, path) == pytest.approx(value, abs=1e-12)
+        assert value == pytest.approx(brute_force(c), abs=1e-9)
+
+
+def test_held_karp_boundary():
+    held_karp_path(np.zeros((HELD_KARP_MAX, HELD_KARP_MAX)))
+    with pytest.raises(ValueError, match="at most 16"):
+        held_karp_path(np.zeros((HELD_KARP_MAX + 1, HELD_KARP_MAX + 1)))
+
+
+def test_approximation_against_held_karp_up_to_12():
+    """Every size 2..12, 20 instances each: report the worst gap, require it small."""
+    rng = np.random.default_rng(11)
+    worst = 0.0
+    for k in range(2, 13):
+        for _ in range(20):
+            c = symmetric(rng, k)
+            exact, _ = held_karp_path(c)
+            approx, path = approximate_path(c)
+            assert sorted(path) == list(range(k))
+            assert approx >= exact - 1e-9
+            worst = max(worst, (approx - exact) / exact)
+    print(f"approximate path: worst gap {100 * worst:.2f}% over sizes 2..12")
+    assert worst < 0.05
+
+
+def test_best_path_switches_to_the_approximation_above_16():
+    rng = np.random.default_rng(5)
+    length, path, exact = best_path(symmetric(rng, 20))
+    assert not exact and sorted(path) == list(range(20))
+    assert best_path(symmetric(rng, 6))[2]
