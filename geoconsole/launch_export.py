@@ -28,8 +28,6 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Any
-
 from geoconsole.launch_plan import LaunchPlan, quote
 
 FORMATS = ("torchrun", "slurm", "rankfile", "json")
@@ -343,11 +341,3 @@ def parse_json(text: str, source: str = "<launch json>") -> list[RankSlot]:
             raise ExportError(f"{source}: processes[{i}].gpu: expected an index or null")
         slots.append(RankSlot(rank, host, gpu, device))
     return _check_complete(slots, source)
-
-
-def describe_slots(slots: list[RankSlot]) -> list[str]:
-    return [f"rank {s.rank}: {s.host} gpu {_gpu_text(s.gpu)} device {s.device}" for s in slots]
-
-
-def to_jsonable(slots: list[RankSlot]) -> list[dict[str, Any]]:
-    return [s.__dict__.copy() for s in slots]

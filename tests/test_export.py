@@ -125,7 +125,6 @@ def test_json_parse_rejects_other_documents():
 
 def _export_script(fleet, tmp_path, program_text: str, rank_map: str, port: int):
     import json as _json
-    import sys
     import uuid
 
     from typer.testing import CliRunner
