@@ -463,13 +463,16 @@ class Sweep:
     async def _measure(self, i: int, j: int) -> None:
         best: dict[tuple[int, int], _Direction] = {}
         wall = transfer = 0.0
-        for attempt in (1, 2):
+        error = None
+        for attempt in (1, 2):  # a failed pair or a poor fit is tried once more
             started = time.monotonic()
             try:
                 out = await self._pair_job(i, j)
             except _PairError as exc:
-                self._fail(i, j, exc.reason)
-                return
+                error = exc.reason
+                if self.device_hosts[i] in self.lost or self.device_hosts[j] in self.lost:
+                    break
+                continue
             wall, transfer = time.monotonic() - started, out["transfer_s"]
             for key, samples, iface in ((i, j), out["a"], out["a_if"]), ((j, i), out["b"], out["b_if"]):
                 fit = fit_alpha_beta(samples, min_r2=self.settings.min_r2)
@@ -478,6 +481,9 @@ class Sweep:
                     best[key] = _Direction(fit, attempt, iface, tuple(fastest(samples)))
             if all(d.fit.ok for d in best.values()):
                 break
+        if not best:
+            self._fail(i, j, error or "no result")
+            return
         for (src, dst), d in best.items():
             self._results[(src, dst)] = d
             flag = None if d.fit.ok else f"{d.fit.problem} (after retry)"
