@@ -231,3 +231,30 @@ def test_fleet_teardown_leaves_no_namespace_link_or_process():
             except OSError:
                 pass
     assert not mentions, f"processes of the torn-down fleet: {mentions}"
+
+
+def test_a_killed_worker_is_restarted_and_its_pair_retried(emulated_fleet, tmp_path):
+    require_fleet()
+    fleet = emulated_fleet
+    out, events = tmp_path / "fabric.json", tmp_path / "events.jsonl"
+    proc = subprocess.Popen(GEOCONSOLE + probe_args(fleet, fleet.inventory_path, out, events),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(e["event"] == "RoundStarted" and e["index"] == 1 for e in read_events(events)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        victims = [pid for pid, cmd in fleet.processes("h1") if "worker-" in cmd and not cmd.startswith("setsid")]
+        assert len(victims) == 1
+        os.kill(victims[0], signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stdout + stderr
+    assert "measured 12 of 12 directional pairs" in stdout
+    doc = json.loads(out.read_text())
+    assert all(f is None for row in doc["fit_flag"] for f in row)
+    measured = [e for e in read_events(events) if e["event"] == "PairMeasured"]
+    assert any(e["attempts"] == 2 for e in measured if "h1" in (e["src"], e["dst"]))
+    assert not wait_no_workers(fleet)
