@@ -22,7 +22,9 @@ need load and free-memory figures the console does not have): **first fit in fab
 row order**. Inside the winning bucket the ``k`` members are then taken *tightly*: whole
 sub-locations at the next finer level (zone, network group, host) first, the smallest
 one that still holds all that is needed, else the largest that fits, so a region-level
-pick spans as few zones and hosts as it can. Deterministic: same input, same rows.
+pick spans as few zones and hosts as it can (``prefer`` falling back to ``any`` too;
+the ``any`` *policy* ignores location and takes the first rows). Deterministic: same
+input, same rows.
 
 ``regions`` filters first: a device qualifies when its region *or* its zone is listed,
 so filters written with zone names keep working.
@@ -228,7 +230,8 @@ def _take_tight(devices, rows: list[int], need: int, finer: tuple[str, ...]) -> 
 def _finish(devices, versions, candidates, reasons, bucket_key, k, level, policy) -> Selection:
     version, key = bucket_key
     members = _buckets(devices, versions, candidates, level)[bucket_key]
-    chosen = _take_tight(devices, members, k, _FINER[level])
+    # ``any`` as a policy ignores location (the ADR's previous behaviour): first fit.
+    chosen = _take_tight(devices, members, k, () if policy == "any" else _FINER[level])
     chosen_set = set(chosen)
     member_set = set(members)
     where = "" if level == "any" else f" in {_WORDS[level]} {location_name(key)}"

@@ -231,3 +231,12 @@ def test_select_command_json_and_failures(app, tmp_path):
     assert r.exit_code == 2 and "--regions: empty name" in r.output
     r = CliRunner().invoke(app, ["select", "-m", str(tmp_path / "nope.json"), "--pp", "2", "--dp", "2"])
     assert r.exit_code == 2 and "nope.json: no such file" in r.output
+
+
+def test_any_policy_ignores_location_but_prefer_falls_back_tightly():
+    f = fleet([(1, "eu", "eu-b", None), (1, "us", "us-a", None), (1, "eu", "eu-b", None),
+               (1, "us", "us-a", None), (2, "eu", "eu-b", None), (1, "us", "us-a", None)])
+    assert select_devices(f, 5, "any").rows == (0, 1, 2, 3, 4)
+    tight = select_devices(f, 5, "prefer")  # no region holds 5: any, but whole zones first
+    assert tight.level == "any" and tight.rows == (0, 1, 2, 4, 5)
+    assert tight.summary == "spans 2 zones in 2 regions"
