@@ -223,7 +223,7 @@ async def _probe(hosts, pool, settings, labels, out: Path, events_file):
 
 
 def _event_json(ev: Any) -> dict[str, Any]:
-    from dataclasses import asdict, fields
+    from dataclasses import fields
 
     from probes.sweep import Discovered, SweepDone
 

@@ -197,7 +197,6 @@ class SSHPool:
         self.accepted: list[tuple[str, str, str]] = []
         self._connecting = asyncio.Semaphore(max_connecting)
         self._sessions: dict[str, HostSession] = {}
-        self._known_lock = asyncio.Lock()
 
     # -- known_hosts ---------------------------------------------------------------
 
