@@ -387,7 +387,7 @@ class Sweep:
         await asyncio.gather(*starts)
         for row, name in enumerate(self.device_hosts):  # hosts lost during set-up
             if name in self.lost:
-                self._fail_host_pairs(name, f"host-lost: {self.lost[name]}")
+                self._fail_host_pairs(name, f"host-lost: {name}: {self.lost[name]}")
 
     async def _setup_host(self, k: int) -> HostInfo | None:
         host = self.hosts[k]
@@ -617,10 +617,12 @@ class Sweep:
                     except Exception:
                         pass
             session = self.sessions.get(name)
-            if session is not None and name not in self.lost:
+            # A host lost for a timeout or a failed restart may still answer: kill there too.
+            if session is not None and not (name in self.lost and session.closed):
                 try:
-                    await session.run_shell(kill_script([w.pidfile for w in workers]), timeout=10, retry=False)
-                except SSHError:
+                    await asyncio.wait_for(session.run_shell(
+                        kill_script([w.pidfile for w in workers]), timeout=10, retry=False), 15)
+                except (SSHError, asyncio.TimeoutError, TimeoutError):
                     pass
             for w in workers:
                 w.close()

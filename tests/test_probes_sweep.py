@@ -258,3 +258,27 @@ def test_a_killed_worker_is_restarted_and_its_pair_retried(emulated_fleet, tmp_p
     measured = [e for e in read_events(events) if e["event"] == "PairMeasured"]
     assert any(e["attempts"] == 2 for e in measured if "h1" in (e["src"], e["dst"]))
     assert not wait_no_workers(fleet)
+
+
+def test_unreachable_host_keeps_its_row_with_null_pairs(emulated_fleet, tmp_path):
+    require_fleet()
+    fleet = emulated_fleet
+    inventory = fleet.write_inventory(tmp_path / "three.toml", hosts=["h0", "h2", "h3"])
+    out, events = tmp_path / "fabric.json", tmp_path / "events.jsonl"
+    fleet.stop_sshd("h0")
+    try:
+        result = CliRunner().invoke(app, probe_args(fleet, inventory, out, events, "--connect-timeout", "3",
+                                                    "--max-transfer-s", "0.1"))
+    finally:
+        fleet.start_sshd("h0")
+    assert result.exit_code == 3, result.output
+    assert "host h0 lost: cannot connect to" in result.output
+    doc = json.loads(out.read_text())
+    assert [d["host"] for d in doc["devices"]] == ["h0", "h2", "h3"]
+    assert doc["beta_gbps"][1][2] is not None and doc["beta_gbps"][2][1] is not None
+    for k in (1, 2):
+        for i, j in ((0, k), (k, 0)):
+            assert doc["beta_gbps"][i][j] is None
+            assert doc["fit_flag"][i][j].startswith("host-lost: h0: cannot connect to")
+    assert "2 device pairs unmeasured: h0 - h2 (host-lost: h0: cannot connect" in result.output
+    assert not wait_no_workers(fleet)
