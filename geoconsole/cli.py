@@ -7,13 +7,24 @@ inside the command functions.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
+from typer._click import exceptions as click_exceptions  # typer vendors click
 
 from geoconsole import cli_fleet, cli_labels, cli_launch, cli_solve
-from geoconsole.errors import fail
+
+
+def _one_line_usage_error(self: click_exceptions.UsageError, file=None) -> None:
+    """Bad flags get one line, like every other input error (click prints three)."""
+    where = self.ctx.command_path if self.ctx is not None else "geoconsole"
+    message = " ".join(self.format_message().split())
+    print(f"error: {where}: {message} (see --help)", file=sys.stderr)
+
+
+click_exceptions.UsageError.show = _one_line_usage_error
 
 app = typer.Typer(
     name="geoconsole",

@@ -1,0 +1,174 @@
+"""solve, score, demo and selftest through Typer's runner: exit codes and output."""
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from geoconsole.cli import app
+from geoconsole.demo_fabrics import worldwide_fabric
+from geoconsole.records import read_records
+
+runner = CliRunner()
+WW = ["--pp", "8", "--dp", "8", "--c-pp", "0.512", "--c-dp", "0.65"]
+
+
+@pytest.fixture(scope="module")
+def ww_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fabric") / "worldwide.json"
+    worldwide_fabric().save(path)
+    return path
+
+
+def run(*args):
+    return runner.invoke(app, ["--headless", *map(str, args)])
+
+
+def one_line_error(result, code=2):
+    assert result.exit_code == code, result.output
+    lines = [x for x in result.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def test_solve_prints_the_report_and_the_rank_map(ww_path):
+    result = run("solve", "--matrix", ww_path, *WW, "--seed", "7", "--baseline-samples", "20", "--budget", "20000")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert re.search(r"Comm\s+51\.500 s\s+\(DataP 22\.758 s \+ Pipeline 28\.742 s\)", out)
+    assert "random stage groups" in out and "random rank map" in out
+    assert "lower bound" in out and "above the optimum" in out
+    assert "stage  0" in out and "pipeline edges" in out
+    ranks = re.search(r"^rank_map=\(([\d ]+)\)$", out, re.M).group(1).split()
+    assert sorted(map(int, ranks)) == list(range(64))
+
+
+def test_solve_json_carries_the_same_and_is_deterministic(ww_path):
+    args = ("solve", "--matrix", ww_path, *WW, "--seed", "3", "--baseline-samples", "10", "--budget", "5000", "--json")
+    a, b = run(*args), run(*args)
+    assert a.exit_code == 0
+    doc = json.loads(a.stdout)
+    assert doc == {**json.loads(b.stdout), "search": {**json.loads(b.stdout)["search"], "elapsed_s": doc["search"]["elapsed_s"]}}
+    assert doc["score"]["comm_s"] == pytest.approx(doc["score"]["data_p_s"] + doc["score"]["pipeline_s"])
+    assert [d["name"] for d in doc["baselines"]] == ["random stage groups", "random rank map"]
+    assert doc["lower_bound"]["comm_s"] <= doc["score"]["comm_s"]
+    assert len(doc["score"]["stage_groups"]) == 8 and len(doc["score"]["pipeline_edges"]) == 7
+
+
+def test_solve_record_appends_one_line_per_run(ww_path, tmp_path):
+    record = tmp_path / "runs.jsonl"
+    for seed in (1, 2):
+        assert run("solve", "--matrix", ww_path, *WW, "--seed", seed, "--baseline-samples", "5",
+                   "--budget", "2000", "--record", record).exit_code == 0
+    rows = read_records(record)
+    assert [r["seed"] for r in rows] == [1, 2]
+    for key in ("matrix_sha256", "workload", "budget", "restarts", "score_s", "lower_bound_s",
+                "baselines", "rank_map", "version", "timestamp"):
+        assert key in rows[0]
+    assert rows[0]["matrix_sha256"] == worldwide_fabric().sha256()
+
+
+def test_solve_time_limit_and_restarts_flags(ww_path):
+    result = run("solve", "--matrix", ww_path, *WW, "--time-limit", "0.2", "--restarts", "100",
+                 "--baseline-samples", "0", "--json")
+    assert result.exit_code == 0
+    search = json.loads(result.stdout)["search"]
+    assert search["restarts"] == 100 and search["message"].startswith(("time limit", "evaluation budget", "search converged"))
+
+
+def test_solve_infers_dp_from_pp(ww_path):
+    result = run("solve", "--matrix", ww_path, "--pp", "4", "--c-pp", "0.5", "--c-dp", "0.6",
+                 "--baseline-samples", "0", "--budget", "1000", "--json")
+    assert json.loads(result.stdout)["workload"]["d_dp"] == 16
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--pp", "7"], "64 devices cannot hold D_PP 7"),
+    (["--pp", "8", "--dp", "4"], "cannot hold D_PP 8 x D_DP 4"),
+    (["--pp", "0"], "Invalid value for '--pp'"),
+    (["--pp", "8", "--budget", "-3"], "Invalid value for '--budget'"),
+    (["--pp", "8", "--time-limit", "0"], "Invalid value for '--time-limit'"),
+])
+def test_solve_bad_flags_give_one_line_and_exit_2(ww_path, args, message):
+    result = run("solve", "--matrix", ww_path, "--c-pp", "0.5", "--c-dp", "0.6", *args)
+    assert message in one_line_error(result)
+
+
+def test_solve_refuses_unmeasured_pairs_listing_them(tmp_path):
+    doc = worldwide_fabric().to_json()
+    for i, j in ((0, 9), (9, 0), (5, 40), (40, 5)):
+        doc["alpha_ms"][i][j] = doc["beta_gbps"][i][j] = None
+    path = tmp_path / "holes.json"
+    path.write_text(json.dumps(doc))
+    line = one_line_error(run("solve", "--matrix", path, *WW))
+    assert "2 unmeasured pair(s): oregon-0:0-virginia-1:0, oregon-5:0-london-0:0" in line
+
+
+def test_solve_malformed_file_and_unwritable_record(tmp_path, ww_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"labels": ["a"], "alpha_ms": [[0]], "beta_gbps": [[0]')
+    assert f"{bad}: invalid JSON" in one_line_error(run("solve", "--matrix", bad, "--c-pp", "1", "--c-dp", "1"))
+    line = one_line_error(run("solve", "--matrix", ww_path, *WW, "--budget", "10", "--baseline-samples", "0",
+                              "--record", tmp_path / "no" / "such" / "runs.jsonl"))
+    assert "cannot write run record" in line
+
+
+def test_score_agrees_with_solve(ww_path, tmp_path):
+    solved = run("solve", "--matrix", ww_path, *WW, "--seed", "7", "--budget", "5000", "--baseline-samples", "0", "--json")
+    doc = json.loads(solved.stdout)
+    saved = tmp_path / "solution.json"
+    saved.write_text(solved.stdout)
+    for rank_map in (str(saved), "rank_map=(" + " ".join(map(str, doc["rank_map"])) + ")",
+                     ",".join(map(str, doc["rank_map"]))):
+        result = run("score", "--matrix", ww_path, *WW, "--rank-map", rank_map, "--json")
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["comm_s"] == doc["score"]["comm_s"]
+    identity = run("score", "--matrix", ww_path, *WW, "--rank-map", ",".join(map(str, range(64))))
+    assert identity.exit_code == 0 and "Comm" in identity.stdout
+
+
+@pytest.mark.parametrize("rank_map, message", [
+    ("0,1,2", "expected 64 ranks"),
+    (",".join(["0"] * 64), "not a permutation"),
+    ("missing-file.txt", "no such rank map file"),
+])
+def test_score_bad_rank_maps(ww_path, rank_map, message):
+    assert message in one_line_error(run("score", "--matrix", ww_path, *WW, "--rank-map", rank_map))
+
+
+def test_demo_prints_both_fabrics_scores_medians_and_ratios():
+    result = run("demo", "--baseline-samples", "30")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "worldwide" in out and "51.50 s" in out
+    assert "two-datacenter  [SYNTHETIC" in out
+    assert out.count("median") == 4 and out.count("x\n") >= 4
+
+
+def test_demo_json():
+    doc = json.loads(run("demo", "--baseline-samples", "10", "--json").stdout)
+    assert set(doc) == {"worldwide", "two-datacenter"}
+    assert doc["two-datacenter"]["synthetic"] is True and doc["worldwide"]["synthetic"] is False
+
+
+def test_selftest_passes():
+    result = run("selftest")
+    assert result.exit_code == 0
+    assert "bottleneck matching: 100/100 equal to brute force" in result.stdout
+    assert "Held-Karp boundary rejected at 17 stages" in result.stdout
+    assert result.stdout.strip().endswith("selftest passed")
+
+
+def test_selftest_fails_with_exit_1_when_a_check_fails(monkeypatch):
+    import geoconsole.selftest as selftest
+
+    monkeypatch.setattr(selftest, "bottleneck_matching", lambda c: (0.0, list(range(len(c)))))
+    result = run("selftest")
+    assert result.exit_code == 1 and "FAIL" in result.stdout
+
+
+def test_headless_without_command_prints_help():
+    result = run()
+    assert result.exit_code == 0 and "solve" in result.stdout
