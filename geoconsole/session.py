@@ -121,8 +121,15 @@ class Solution:
 
 
 def fabric_digest(fabric: Fabric) -> str:
-    """Hash of what a score depends on plus the labels a review shows."""
-    h = hashlib.sha256(fabric.sha256().encode())
+    """Hash of what a score depends on plus the labels a review shows.
+
+    Hashes the raw array bytes rather than ``fabric.sha256()`` (canonical JSON): the
+    screens ask on every redraw, and the JSON form takes seconds at 1024 devices.
+    """
+    h = hashlib.sha256()
+    for m in (fabric.alpha_ms, fabric.beta_gbps):
+        h.update(np.ascontiguousarray(m, dtype=float).tobytes())
+    h.update(json.dumps(list(fabric.labels)).encode())
     if fabric.devices is not None:
         h.update(json.dumps([d.to_json() for d in fabric.devices], sort_keys=True).encode())
     return h.hexdigest()[:16]
