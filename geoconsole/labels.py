@@ -32,6 +32,9 @@ from solver.fabric import Device, Fabric
 FIELDS: tuple[str, ...] = ("region", "zone", "network_group")
 SOURCES: tuple[str, ...] = ("inventory", "detected", "flag", "operator", "suggested")
 MAX_LABEL_CHARS = 63
+#: ``meta["hosts"][host]["location_source"]`` of a probe sweep -> label source.
+_PROBE_SOURCES = {"inventory": "inventory", "gce": "detected", "flags": "flag", "flag": "flag",
+                  "detected": "detected", "operator": "operator"}
 
 
 class LabelError(UserError, ValueError):
@@ -221,6 +224,16 @@ class LabelSet:
             name: {f: s for f, s in v.items() if f in FIELDS and s in SOURCES}
             for name, v in known.items() if isinstance(v, dict)
         }
+        # A probe sweep records where each host's region and zone came from.
+        hosts = fabric.meta.get("hosts")
+        if isinstance(hosts, dict):
+            for d in fabric.devices:
+                info = hosts.get(d.host)
+                found = _PROBE_SOURCES.get(info.get("location_source")) if isinstance(info, dict) else None
+                if found is not None:
+                    entry = clean.setdefault(d.name, {})
+                    for f in ("region", "zone"):
+                        entry.setdefault(f, found)
         return cls.from_devices(fabric.devices, source, clean)
 
     # -- JSON ------------------------------------------------------------------

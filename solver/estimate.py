@@ -219,6 +219,16 @@ class _Source:
         return (*DEFAULT_LINKS[cls], f"link {cls} (default)")
 
 
+def links_from_meta(fabric: Fabric) -> dict[str, Any] | None:
+    """Per-host link classes recorded in ``meta["hosts"][host]["links"]``, if any."""
+    hosts = fabric.meta.get("hosts")
+    if not isinstance(hosts, dict):
+        return None
+    out = {h: info["links"] for h, info in hosts.items()
+           if isinstance(info, dict) and isinstance(info.get("links"), (list, dict))}
+    return out or None
+
+
 def _host_links(links: Mapping[str, Any] | None, host: str, gi, gj) -> str | None:
     """The topo class between GPUs gi and gj of ``host``; None when unknown."""
     if links is None or host not in links or gi is None or gj is None:
@@ -243,12 +253,14 @@ def fill_missing(
 
     ``defaults``: EstimateDefaults, or a plain mapping level -> (alpha, beta).
     ``links``: host -> that host's ``topo -m`` link classes (square sequence by GPU
-    index, or ``{i: {j: class}}``), for same-host pairs.
+    index, or ``{i: {j: class}}``), for same-host pairs; default: what the fabric's
+    ``meta["hosts"][host]["links"]`` records.
     The count is of unordered pairs with at least one filled direction. The input
     fabric is not changed.
     """
     d = defaults if isinstance(defaults, EstimateDefaults) else EstimateDefaults(dict(defaults or {}))
-    n = fabric.n
+    if links is None:
+        links = links_from_meta(fabric)
     alpha, beta = fabric.alpha_ms.copy(), fabric.beta_gbps.copy()
     missing = ~(np.isfinite(alpha) & np.isfinite(beta))
     np.fill_diagonal(missing, False)
