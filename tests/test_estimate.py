@@ -214,3 +214,10 @@ def test_fill_command(tmp_path):
     assert json.loads(r.output)["estimated_pairs"] == 2
     r = CliRunner().invoke(app, ["labels", "fill", "-m", str(src), "-o", str(dst), "--estimate", "zone"])
     assert r.exit_code == 2 and "--estimate" in r.output
+
+
+def test_same_host_links_recorded_in_the_fabric_meta_are_used():
+    f = two_hosts()
+    f.meta["hosts"] = {"x": {"links": DGX_LINKS["x"]}, "y": {"topology": "1x NV4"}}
+    out, _ = fill_missing(holed(f, [(0, 1)]))
+    assert out.extras["estimate_basis"][0][1] == "link NV2 (default)"

@@ -196,3 +196,30 @@ def test_labels_show_command(tmp_path):
     bad.write_text('{"labels": ["a"], "alpha_ms": [[0]], "beta_gbps": [[0]], "devices": [{"host": ""}]}')
     r = CliRunner().invoke(app, ["labels", "show", "--matrix", str(bad)])
     assert r.exit_code == 2 and r.output.strip() == f"error: {bad}: devices[0]: expected an object with a host name"
+
+
+def test_probe_location_sources_become_label_sources():
+    f = fabric_of(DEVICES[:4])
+    f.meta["hosts"] = {"h1": {"location_source": "gce"}, "h2": {"location_source": "flags"}}
+    labels = LabelSet.from_fabric(f)
+    assert labels.get("h1", "zone", 0) == Label("europe-west1-b", "detected")
+    assert labels.get("h2", "region", 1) == Label("europe-west1", "flag")
+    assert labels.get("h1", "network_group", 0).source == "inventory"
+
+
+def test_labels_show_on_a_fabric_without_devices(tmp_path):
+    app = typer.Typer()
+
+    @app.callback()
+    def root() -> None:
+        """Test root."""
+
+    cli_labels.register(app)
+    path = tmp_path / "plain.json"
+    Fabric(np.zeros((2, 2)), np.ones((2, 2)), ["a", "b"]).save(path)
+    r = CliRunner().invoke(app, ["labels", "show", "-m", str(path)])
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[1].split() == ["0", "#0", "-", "-", "-"]
+    assert r.output.splitlines()[-1].startswith("2 devices on 2 hosts: no location labels")
+    r = CliRunner().invoke(app, ["labels", "suggest", "-m", str(path), "--apply", "-o", str(tmp_path / "o.json")])
+    assert r.exit_code == 2 and "lists no devices to label" in r.output

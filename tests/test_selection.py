@@ -240,3 +240,14 @@ def test_any_policy_ignores_location_but_prefer_falls_back_tightly():
     tight = select_devices(f, 5, "prefer")  # no region holds 5: any, but whole zones first
     assert tight.level == "any" and tight.rows == (0, 1, 2, 4, 5)
     assert tight.summary == "spans 2 zones in 2 regions"
+
+
+def test_select_command_reads_torch_versions_from_the_probe_meta(app, tmp_path):
+    f = fleet([(4, "eu", "eu-b", None), (4, "eu", "eu-c", None)])
+    f.meta["hosts"] = {f"w{i}": {"torch": "2.3.0" if i == 1 else "2.4.1"} for i in range(8)}
+    src = tmp_path / "fleet.json"
+    f.save(src)
+    r = CliRunner().invoke(app, ["select", "-m", str(src), "--pp", "2", "--dp", "2", "--json"])
+    doc = json.loads(r.output)
+    assert doc["rows"] == [4, 5, 6, 7] and doc["summary"] == "same zone eu-c"
+    assert doc["left_out"][1]["reason"] == "torch 2.3.0; the group runs torch 2.4.1"
