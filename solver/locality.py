@@ -205,3 +205,13 @@ def locality_counts(entries: list[dict[str, Any]]) -> dict[str, int]:
     for e in entries:
         counts[e["level"]] += 1
     return {k: v for k, v in counts.items() if v}
+
+
+def locality_lines(summary: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Text lines for a solution_locality result, one per stage group then per pipeline.
+
+    ``stage 0: spans 8 regions`` ... ``pipeline 7: same region Ireland``.
+    """
+    lines = [f"stage {e['index']}: {e['words']}" for e in summary["stage_groups"]]
+    lines += [f"pipeline {e['index']}: {e['words']}" for e in summary["pipelines"]]
+    return lines

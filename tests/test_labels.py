@@ -223,3 +223,23 @@ def test_labels_show_on_a_fabric_without_devices(tmp_path):
     assert r.output.splitlines()[-1].startswith("2 devices on 2 hosts: no location labels")
     r = CliRunner().invoke(app, ["labels", "suggest", "-m", str(path), "--apply", "-o", str(tmp_path / "o.json")])
     assert r.exit_code == 2 and "lists no devices to label" in r.output
+
+
+def test_headless_labels_commands_import_no_console_or_ssh(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = tmp_path / "f.json"
+    fabric_of(DEVICES).save(path)
+    code = (
+        "import sys\n"
+        "from geoconsole.cli import app\n"
+        f"sys.argv = ['geoconsole', '--headless', 'labels', 'show', '--matrix', {str(path)!r}]\n"
+        "try:\n    app()\nexcept SystemExit:\n    pass\n"
+        "print('LOADED', sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'asyncssh', 'torch')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+                         capture_output=True, text=True, timeout=60)
+    assert "5 devices on 3 hosts" in out.stdout, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "LOADED []"

@@ -11,7 +11,14 @@ import pytest
 
 from geoconsole.demo_fabrics import two_datacenter_fabric, worldwide_fabric
 from solver.fabric import Device, Fabric
-from solver.locality import describe_group, group_locality, level_rank, locality_counts, solution_locality
+from solver.locality import (
+    describe_group,
+    group_locality,
+    level_rank,
+    locality_counts,
+    locality_lines,
+    solution_locality,
+)
 from solver.orders import chained_label_order, host_order, label_order, seed_orders_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,6 +93,8 @@ def test_solution_locality_worldwide_layout():
     assert {s["words"] for s in out["stage_groups"]} == {"spans 8 regions"}
     assert out["stage_groups"][3]["devices"][0] == "oregon-3:0"
     assert locality_counts(out["pipelines"]) == {"region": 8}
+    lines = locality_lines(out)
+    assert lines[0] == "stage 0: spans 8 regions" and lines[-1] == "pipeline 7: same region Ireland"
     # The transpose swaps the two.
     flipped = solution_locality(f.devices, grid.T)
     assert {p["words"] for p in flipped["pipelines"]} == {"spans 8 regions"}
