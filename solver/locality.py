@@ -169,7 +169,7 @@ def describe_group(devices: Sequence[Device], rows: Sequence[int]) -> str:
     return group_locality(devices, rows).words
 
 
-def solution_locality(devices: Sequence[Device], grid) -> dict[str, list[dict[str, Any]]]:
+def solution_locality_detail(devices: Sequence[Device], grid) -> dict[str, list[dict[str, Any]]]:
     """Locality of every stage group (grid column) and every pipeline (grid row).
 
     ``grid`` is the ``(D_DP, D_PP)`` array of device ids of a placement (``Score.grid``):
@@ -199,19 +199,29 @@ def solution_locality(devices: Sequence[Device], grid) -> dict[str, list[dict[st
     }
 
 
+def solution_locality(devices: Sequence[Device], grid) -> dict[str, list[str]]:
+    """The words for every stage group and every pipeline of a placement grid.
+
+    ``{"stage_groups": ["spans 8 regions", ...], "pipelines": ["same region Oregon", ...]}``;
+    solution_locality_detail has the levels and device names too.
+    """
+    detail = solution_locality_detail(devices, grid)
+    return {key: [e["words"] for e in entries] for key, entries in detail.items()}
+
+
 def locality_counts(entries: list[dict[str, Any]]) -> dict[str, int]:
-    """How many groups of a solution_locality list sit at each level (tightest first)."""
+    """How many groups of a solution_locality_detail list sit at each level (tightest first)."""
     counts = {level: 0 for level in SUMMARY_LEVELS}
     for e in entries:
         counts[e["level"]] += 1
     return {k: v for k, v in counts.items() if v}
 
 
-def locality_lines(summary: dict[str, list[dict[str, Any]]]) -> list[str]:
+def locality_lines(summary: dict[str, list[str]]) -> list[str]:
     """Text lines for a solution_locality result, one per stage group then per pipeline.
 
     ``stage 0: spans 8 regions`` ... ``pipeline 7: same region Ireland``.
     """
-    lines = [f"stage {e['index']}: {e['words']}" for e in summary["stage_groups"]]
-    lines += [f"pipeline {e['index']}: {e['words']}" for e in summary["pipelines"]]
+    lines = [f"stage {i}: {words}" for i, words in enumerate(summary["stage_groups"])]
+    lines += [f"pipeline {i}: {words}" for i, words in enumerate(summary["pipelines"])]
     return lines

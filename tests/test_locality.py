@@ -18,6 +18,7 @@ from solver.locality import (
     locality_counts,
     locality_lines,
     solution_locality,
+    solution_locality_detail,
 )
 from solver.orders import chained_label_order, host_order, label_order, seed_orders_for
 
@@ -87,17 +88,18 @@ def test_solution_locality_worldwide_layout():
     # Each pipeline stays in one region, each stage group takes one GPU from every region.
     grid = np.arange(64).reshape(8, 8)
     out = solution_locality(f.devices, grid)
-    assert [p["words"] for p in out["pipelines"]] == [f"same region {r}" for r in
-                                                      ("Oregon", "Virginia", "Ohio", "Tokyo", "Seoul",
-                                                       "London", "Frankfurt", "Ireland")]
-    assert {s["words"] for s in out["stage_groups"]} == {"spans 8 regions"}
-    assert out["stage_groups"][3]["devices"][0] == "oregon-3:0"
-    assert locality_counts(out["pipelines"]) == {"region": 8}
+    assert out["pipelines"] == [f"same region {r}" for r in ("Oregon", "Virginia", "Ohio", "Tokyo", "Seoul",
+                                                            "London", "Frankfurt", "Ireland")]
+    assert out["stage_groups"] == ["spans 8 regions"] * 8
+    detail = solution_locality_detail(f.devices, grid)
+    assert detail["stage_groups"][3]["devices"][0] == "oregon-3:0"
+    assert detail["stage_groups"][3]["level"] == "any" and detail["pipelines"][2]["words"] == "same region Ohio"
+    assert locality_counts(detail["pipelines"]) == {"region": 8}
     lines = locality_lines(out)
     assert lines[0] == "stage 0: spans 8 regions" and lines[-1] == "pipeline 7: same region Ireland"
     # The transpose swaps the two.
     flipped = solution_locality(f.devices, grid.T)
-    assert {p["words"] for p in flipped["pipelines"]} == {"spans 8 regions"}
+    assert set(flipped["pipelines"]) == {"spans 8 regions"}
 
 
 def test_solution_locality_rejects_bad_grids():
@@ -105,7 +107,7 @@ def test_solution_locality_rejects_bad_grids():
     with pytest.raises(ValueError, match="device ids"):
         solution_locality(f.devices, np.array([[0, 64]]))
     with pytest.raises(ValueError, match="2-d"):
-        solution_locality(f.devices, np.arange(4))
+        solution_locality_detail(f.devices, np.arange(4))
 
 
 def test_solution_locality_on_the_solvers_answer():
@@ -119,7 +121,7 @@ def test_solution_locality_on_the_solvers_answer():
     f = full.subset([i for i, d in enumerate(full.devices) if d.host[-1] in "01" and d.gpu < 4])
     model = CostModel.from_fabric(f, Workload(4, 4, 0.512, 0.65))
     result = solve(model, seed=1, restarts=0, budget=5_000)
-    out = solution_locality(f.devices, result.score.grid)
+    out = solution_locality_detail(f.devices, result.score.grid)
     assert len(out["stage_groups"]) == 4 and len(out["pipelines"]) == 4
     for entry in out["stage_groups"] + out["pipelines"]:
         hosts = {name.split(":")[0] for name in entry["devices"]}
