@@ -32,3 +32,23 @@ def test_swap_keeps_running_sums_exact():
         a, b = rng.choice(16, 2, replace=False)
         state.swap(int(a), int(b))
         assert state.score == pytest.approx(model.score_grid(state.grid).comm, abs=1e-9)
+
+
+def test_partition_swap_data_p_equals_direct_computation():
+    from solver.partition_moves import _swap_data_p
+
+    rng = np.random.default_rng(4)
+    model = random_model(rng, 3, 5)
+    t = model.t_dp
+    groups = [np.array(g) for g in rng.permutation(15).reshape(3, 5)]
+    a_group, b_group = groups[0], groups[2]
+    for ia, a in enumerate(a_group):
+        keep = np.arange(5) != ia
+        sums_a = t[np.ix_(a_group, a_group)].sum(axis=1)
+        sums_b = t[np.ix_(b_group, b_group)].sum(axis=1)
+        dp_a, dp_b = _swap_data_p(t, a_group, keep, sums_a, a, b_group, sums_b)
+        for ib, b in enumerate(b_group):
+            new_a = np.where(a_group == a, b, a_group)
+            new_b = np.where(b_group == b, a, b_group)
+            assert dp_a[ib] == pytest.approx(t[np.ix_(new_a, new_a)].sum(axis=1).max())
+            assert dp_b[ib] == pytest.approx(t[np.ix_(new_b, new_b)].sum(axis=1).max())
