@@ -6,6 +6,7 @@ numpy/scipy and the solver only: nothing here imports textual or asyncssh.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -295,6 +296,95 @@ def selected_fabric(fabric: Fabric, chosen) -> Fabric:
     }
     sub.meta = meta
     return sub
+
+
+@dataclass(eq=False)
+class Prepared:
+    """A fabric made ready for ``solve``: selected, filled, with label seed orders.
+
+    fabric:
+        What to solve on (the selected rows, estimates filled).
+    selection:
+        The Selection when rows were chosen (``fabric.subset`` of them), else None.
+    filled_pairs:
+        Pairs of ``fabric`` that are estimated, not measured (counted after selection).
+    seed_orders:
+        ``seed_orders_for(fabric)`` for ``solve(..., seed_orders=...)``.
+    """
+
+    fabric: Fabric
+    selection: Any
+    filled_pairs: int
+    seed_orders: list[list[int]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "selection": None if self.selection is None else self.selection.to_json(),
+            "estimated_pairs": self.filled_pairs,
+        }
+
+    def lines(self) -> list[str]:
+        """Text for solve's output: what was selected and estimated."""
+        out = []
+        if self.selection is not None:
+            sel = self.selection
+            out.append(f"selected   {len(sel.rows)} devices (group_locality={sel.policy}, level {sel.level}): "
+                       f"{sel.summary}; {len(sel.left_out)} left out")
+        if self.filled_pairs:
+            out.append(f"estimated  {self.filled_pairs} pairs filled from labels and links, not measured")
+        return out
+
+
+def prepare_for_solve(
+    fabric: Fabric,
+    size: int,
+    *,
+    fill: bool = False,
+    estimates: list[str] | None = None,
+    learn: bool = True,
+    group_locality: str | None = None,
+    regions: str | None = None,
+) -> Prepared:
+    """Fill (when ``fill``) on the whole fabric, then choose ``size`` devices when the
+    fabric has more (or ``regions``/``group_locality`` ask), then seed orders.
+
+    Estimates learn from every measured pair, so filling comes before selecting; the
+    count is of estimated pairs among the selected rows. UserError (one line) for bad
+    flags, a fabric with unmeasured pairs and no ``fill``, or a policy that cannot be met.
+    """
+    from solver.estimate import defaults_from_flags, estimated_pair_count, fill_missing, measured_mask
+    from solver.orders import seed_orders_for
+    from solver.selection import POLICIES, SelectionError, select_devices
+
+    if estimates and not fill:
+        raise UserError("--estimate applies only with --fill-missing")
+    if group_locality is not None and group_locality not in POLICIES:
+        raise UserError(f"--group-locality: expected one of {', '.join(POLICIES)}, got {group_locality!r}")
+    if fill:
+        try:
+            defaults = defaults_from_flags(list(estimates or []), learn)
+        except ValueError as exc:
+            raise UserError(f"--estimate: {exc}") from None
+        fabric, _ = fill_missing(fabric, defaults)
+    selection = None
+    if fabric.n > size or regions is not None or group_locality is not None:
+        try:
+            selection = select_devices(fabric, size, group_locality or "prefer", _regions(regions),
+                                       torch_versions_of(fabric))
+        except SelectionError as exc:
+            raise UserError(f"{fabric.source}: {exc}", ExitCode.FAILED) from None
+        fabric = selected_fabric(fabric, selection)
+    missing = fabric.missing_pairs()
+    if missing:
+        shown = ", ".join(f"{fabric.device_name(i)}-{fabric.device_name(j)}" for i, j in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise UserError(f"{fabric.source}: {len(missing)} unmeasured pairs ({shown}{more}); "
+                        f"measure them or pass --fill-missing")
+    try:
+        count = estimated_pair_count(fabric)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    return Prepared(fabric, selection, count, seed_orders_for(fabric, measured_mask(fabric)))
 
 
 def register(app: typer.Typer) -> None:

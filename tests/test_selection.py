@@ -251,3 +251,47 @@ def test_select_command_reads_torch_versions_from_the_probe_meta(app, tmp_path):
     doc = json.loads(r.output)
     assert doc["rows"] == [4, 5, 6, 7] and doc["summary"] == "same zone eu-c"
     assert doc["left_out"][1]["reason"] == "torch 2.3.0; the group runs torch 2.4.1"
+
+
+# -- prepare_for_solve: what solve calls before the search ------------------------
+def test_prepare_for_solve_selects_fills_and_seeds():
+    from geoconsole.errors import UserError
+    from solver.cost import CostModel
+    from solver.search import solve
+    from solver.workload import Workload
+
+    f = FLEET
+    a, b = f.alpha_ms.copy(), f.beta_gbps.copy()
+    for i, j in ((4, 5), (0, 1)):  # one pair inside zone eu-b, one in us-a
+        a[i, j] = a[j, i] = b[i, j] = b[j, i] = np.nan
+    holed = Fabric(a, b, f.labels, f.devices, source="fleet.json")
+    with pytest.raises(UserError, match=r"fleet.json: 1 unmeasured pairs \(w4:0-w5:0\); measure them or pass --fill-missing"):
+        cli_labels.prepare_for_solve(holed, 6)
+    prepared = cli_labels.prepare_for_solve(holed, 6, fill=True, estimates=["network_group=0.7,3"], learn=False)
+    assert prepared.selection.summary == "same zone eu-b"
+    assert prepared.fabric.n == 6 and prepared.filled_pairs == 1  # (0, 1) was filled but not selected
+    assert prepared.fabric.alpha_ms[0, 1] == 0.7
+    assert prepared.lines() == [
+        "selected   6 devices (group_locality=prefer, level zone): same zone eu-b; 10 left out",
+        "estimated  1 pairs filled from labels and links, not measured",
+    ]
+    assert all(sorted(o) == list(range(6)) for o in prepared.seed_orders)
+    model = CostModel.from_fabric(prepared.fabric, Workload(2, 3, 0.1, 0.1))
+    result = solve(model, seed=0, budget=200, restarts=0, seed_orders=prepared.seed_orders)
+    assert sorted(result.x.tolist()) == list(range(6))
+
+
+def test_prepare_for_solve_keeps_a_fabric_of_the_right_size_and_refuses_bad_flags():
+    from geoconsole.errors import UserError
+
+    same = cli_labels.prepare_for_solve(FLEET, 16)
+    assert same.selection is None and same.fabric is FLEET and same.filled_pairs == 0
+    with pytest.raises(UserError, match="--estimate applies only with --fill-missing"):
+        cli_labels.prepare_for_solve(FLEET, 16, estimates=["zone=1,1"])
+    with pytest.raises(UserError, match="--group-locality: expected one of"):
+        cli_labels.prepare_for_solve(FLEET, 4, group_locality="rack")
+    with pytest.raises(UserError, match="group_locality=region: no region has 12 devices") as err:
+        cli_labels.prepare_for_solve(FLEET, 12, group_locality="region")
+    assert err.value.code == 1
+    only = cli_labels.prepare_for_solve(FLEET, 6, regions="us-a")
+    assert only.selection.summary == "same zone us-a"
