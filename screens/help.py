@@ -25,7 +25,7 @@ SCREEN_KEYS = {
     "Labels": (("space", "mark a row (several at once)"), ("h", "mark every GPU of the row's host"), ("enter", "apply the form to the marked rows"), ("u", "unmark all")),
     "Solve": (("enter", "solve with the form's workload"), ("escape", "cancel: keep the best so far"), ("r", "review the result")),
     "Rank map": (("d", "diff with the previous solution"), ("e", "export JSON and rank_map=(...)"), ("o", "load a rank map to compare")),
-    "Launch": (("read-only", "the per-host commands for review"),),
+    "Launch": (("m", "torchrun or env mode"), ("l", "launch on the fleet (after a confirmation)"), ("a", "abort: stop every rank")),
 }
 
 

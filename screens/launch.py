@@ -1,22 +1,29 @@
-"""Launch screen: the plan for the current rank map, read-only, for review.
+"""Launch screen: the plan for the current rank map, a confirmation, live output, abort.
 
 The plan comes from :mod:`geoconsole.launch_plan` (master host, per-rank environment and
-command, every value shell-quoted). Running it from the console is not wired yet: this
-screen shows exactly what ``geoconsole --headless launch`` would run, for review.
+command, every value shell-quoted) and runs through :mod:`geoconsole.launch_run` (each
+rank under a supervisor that stops its whole process tree on abort). The SSH work is
+an async worker on the app's loop; output lines go straight to the log as they arrive.
 """
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
+from typing import Any
 
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Input, Label, Log, Static
 
 from screens.base import ConsoleScreen
+from screens.dialogs import ConfirmDialog
 
 DEFAULT_COMMAND = "train.py"
+MODES = ("torchrun", "env")
 
 
 def plan_hosts(session) -> dict:
@@ -35,9 +42,25 @@ def plan_hosts(session) -> dict:
 
 
 class LaunchScreen(ConsoleScreen):
-    """The per-host commands of the current solution, read-only."""
+    """Review the per-rank commands, launch after a confirmation, watch, abort."""
 
     AUTO_FOCUS = "#launch-plan"
+    BINDINGS = [
+        Binding("m", "cycle_mode", "Mode"),
+        Binding("l", "launch", "Launch"),
+        Binding("a", "abort", "Abort"),
+    ]
+    COMMANDS_ = (
+        ("Launch the job", "Run the plan on the fleet after a confirmation", "launch"),
+        ("Abort the launch", "Stop every rank (SIGTERM, then SIGKILL)", "abort"),
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mode = MODES[0]
+        self.plan: Any = None
+        self.running = False
+        self.result: Any = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -52,31 +75,126 @@ class LaunchScreen(ConsoleScreen):
     def on_input_submitted(self) -> None:
         self.show_session()
 
+    def action_cycle_mode(self) -> None:
+        if not self.running:
+            self.mode = MODES[(MODES.index(self.mode) + 1) % len(MODES)]
+            self.show_session()
+
     def show_session(self) -> None:
+        if self.running:
+            return
         from geoconsole.launch_plan import LaunchError, build_plan, describe
 
         summary = self.query_one("#launch-summary", Static)
         log = self.query_one(Log)
         log.clear()
+        self.plan = None
         s = self.session
         sol = s.current
         if sol is None or s.fabric is None:
             summary.update("No solution yet: the plan appears once a rank map is solved.")
             return
-        command = self.query_one("#launch-command", Input).value.split()
         try:
-            plan = build_plan(sol.rank_map.tolist(), s.devices(), plan_hosts(s), command)
+            command = shlex.split(self.query_one("#launch-command", Input).value)
+            self.plan = build_plan(sol.rank_map.tolist(), s.devices(), plan_hosts(s), command, mode=self.mode)
         except (LaunchError, ValueError) as exc:
             summary.update(Text(" ".join(str(exc).split()), style="bold red"))
             return
+        plan = self.plan
         text = Text()
-        text.append(f"Plan for {sol.name} (read-only review)", style="bold")
+        text.append(f"Plan for {sol.name}", style="bold")
         if s.is_stale(sol):
             text.append("  STALE: labels or fabric changed since this solution", style="bold yellow")
         text.append(f"\nmaster {plan.master_host} ({plan.master_addr}:{plan.master_port}), "
-                    f"{plan.world_size} ranks on {len(plan.by_host())} hosts, {plan.mode}, {plan.backend}")
-        if not s.inventory:
-            text.append("\nno inventory: addresses are the fabric's host names", style="dim")
-        text.append("\nLaunching from the console is not wired yet: run `geoconsole --headless launch`.", style="dim")
+                    f"{plan.world_size} ranks on {len(plan.by_host())} hosts, mode {plan.mode} (m), {plan.backend}")
+        if s.inventory:
+            text.append("\nl: launch (asks first), a: abort", style="dim")
+        else:
+            text.append("\nno inventory: addresses are the fabric's host names; review only", style="dim")
         summary.update(text)
         log.write_lines(describe(plan))
+        if self.result is not None:
+            self._show_result(self.result)
+
+    # -- launching -----------------------------------------------------------------
+    def action_launch(self) -> None:
+        if self.running:
+            self.notify("a launch is running (a aborts it)", severity="warning")
+            return
+        if not self.session.inventory:
+            self.notify("no inventory: open the console with --inventory to launch", severity="warning")
+            return
+        if self.plan is None:
+            self.notify("no plan to launch", severity="warning")
+            return
+        plan = self.plan
+        body = (f"{plan.world_size} ranks on {len(plan.by_host())} hosts, rendezvous "
+                f"{plan.master_addr}:{plan.master_port} on {plan.master_host}.\n"
+                f"rank 0: {plan.processes[0].shell_command(plan.workdir)[:300]}")
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self.run_launch(plan)
+
+        self.app.push_screen(ConfirmDialog("Launch the training job?", body, yes="Launch"), answer)
+
+    def action_abort(self) -> None:
+        if self.running:
+            self.query_one(Log).write_line("-- aborting: stopping every rank")
+            self.workers.cancel_group(self, "launch")
+
+    def worker_failed(self) -> None:
+        self.running = False
+
+    @work(exclusive=True, exit_on_error=False, group="launch", description="launch")
+    async def run_launch(self, plan: Any) -> None:
+        from geoconsole.launch_run import resolve_interfaces, run_plan
+        from probes.ssh import SSHPool
+
+        import asyncio
+
+        self.running = True
+        self.result = None
+        log = self.query_one(Log)
+        log.clear()
+        log.auto_scroll = True
+        log.write_line(f"-- connecting to {len(plan.by_host())} hosts")
+        options = {"known_hosts": self.session.known_hosts} if self.session.known_hosts else {}
+        pool = SSHPool(**options)
+        try:
+            names = list(plan.by_host())
+            hosts = _inventory_hosts(self.session.inventory)
+            sessions = dict(zip(names, await asyncio.gather(*(pool.session(hosts[n]) for n in names))))
+            if "gloo" in plan.backend and any(p.interface is None for p in plan.processes):
+                from geoconsole.launch_plan import build_plan
+
+                found = await resolve_interfaces(plan, sessions)
+                plan = build_plan(plan.rank_map, self.session.devices(), plan.hosts, plan.command,
+                                  mode=plan.mode, backend=plan.backend, port=plan.master_port,
+                                  workdir=plan.workdir, interfaces=found)
+
+            def sink(p: Any, stream: str, line: str) -> None:
+                log.write_line(f"[rank {p.rank} {p.host}{' err' if stream == 'stderr' else ''}] {line}")
+
+            log.write_line("-- starting every rank")
+            self.result = await run_plan(plan, sessions, sink=sink)
+        finally:
+            self.running = False
+            await pool.close()
+        self._show_result(self.result)
+
+    def _show_result(self, result: Any) -> None:
+        log = self.query_one(Log)
+        for o in result.outcomes:
+            state = "ok" if o.ok else (o.error or f"exit {o.exit_status}")
+            log.write_line(f"-- rank {o.rank} {o.host}: {state}")
+        verdict = "all ranks finished" if result.ok else f"failed: {result.reason or 'see ranks'}"
+        if result.interrupted:
+            verdict = "aborted by the operator"
+        log.write_line(f"-- {verdict} ({result.elapsed_s:.1f} s)")
+
+
+def _inventory_hosts(path: str) -> dict:
+    from geoconsole.inventory import load_inventory
+
+    return {h.name: h for h in load_inventory(Path(path)).hosts}

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from app_support import demo_app
+from textual.widgets import Input
 from screens.dialogs import ConfirmDialog
 from screens.heatmap_view import Heatmap
 
@@ -94,3 +95,68 @@ async def test_sweep_fills_the_heatmap_live(emulated_fleet):
         i, j = names.index("h0"), names.index("h1")
         rate = f.rates_mbit[("h0", "h1")] / 1000
         assert 0.7 * rate < fabric.beta_gbps[i, j] < 1.1 * rate
+
+
+def fleet_app(f, rank_map):
+    """The console on the fleet with a measured-looking fabric and one solution."""
+    import sys
+
+    from geoconsole.session import Solution
+    from solver.fabric import Device, Fabric
+    from solver.workload import Workload
+
+    app = demo_app(inventory=f.inventory_path)
+    app.session.known_hosts = str(f.known_hosts_path)
+    devices = tuple(Device(h.name, None, "lab") for h in f.hosts)
+    n = len(devices)
+    alpha, beta = np.full((n, n), 1.0), np.full((n, n), 1.0)
+    np.fill_diagonal(alpha, 0)
+    np.fill_diagonal(beta, 0)
+    app.session.workload = Workload(2, n // 2, 0.1, 0.1)
+    app.session.set_fabric(Fabric(alpha, beta, ("lab",) * n, devices, source="fleet"))
+    app.session.add_solution(Solution("solve #1", np.asarray(rank_map), 1.0, app.session.workload,
+                                      app.session.digest(), "2026-11-29T12:00:00Z"))
+    return app, sys.executable
+
+
+async def test_launch_runs_every_rank_where_planned_and_streams_output(emulated_fleet):
+    f = emulated_fleet
+    rank_map = [3, 2, 1, 0]
+    app, python = fleet_app(f, rank_map)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.press("6")
+        screen = app.screen
+        screen.query_one("#launch-command", Input).value = (
+            f"{python} -c 'import os, socket; print(\"hello\", os.environ[\"RANK\"], socket.gethostname())'"
+        )
+        await pilot.press("enter", "m")  # env mode: RANK set directly
+        await pilot.pause()
+        assert screen.plan is not None and screen.plan.mode == "env"
+        await pilot.press("l")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmDialog)
+        await pilot.press("y")
+        await wait_until(lambda: screen.result is not None, 120)
+        assert screen.result.ok, screen.result.to_json()
+        lines = list(screen.query_one("#launch-plan").lines)
+        for row, rank in enumerate(rank_map):
+            assert any(f"hello {rank} {f.hosts[row].name}" in line for line in lines), lines
+        assert any("all ranks finished" in line for line in lines)
+
+
+async def test_abort_stops_every_rank(emulated_fleet):
+    f = emulated_fleet
+    app, python = fleet_app(f, [0, 1, 2, 3])
+    marker = "geoconsole-abort-test-sleep"
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.press("6")
+        screen = app.screen
+        screen.query_one("#launch-command", Input).value = f"{python} -c 'import time; time.sleep(120)' {marker}"
+        await pilot.press("enter", "m", "l")
+        await pilot.pause()
+        await pilot.press("y")
+        await wait_until(lambda: all(any(marker in cmd for _pid, cmd in f.processes(h.name)) for h in f.hosts), 60)
+        await pilot.press("a")
+        await wait_until(lambda: screen.result is not None, 60)
+        assert screen.result.aborted
+        await wait_until(lambda: not any(marker in cmd for h in f.hosts for _pid, cmd in f.processes(h.name)), 30)

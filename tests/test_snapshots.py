@@ -100,8 +100,9 @@ class TestRankMap:
 
 class TestOthers:
     def test_launch_plan(self, snap_compare):
-        """The read-only plan: master oregon-0 on port 29500, 64 ranks on 64 hosts, torchrun,
-        nccl; the note that there is no inventory; per rank its host and exact command."""
+        """The plan: master oregon-0 on port 29500, 64 ranks on 64 hosts, mode torchrun (m),
+        nccl; the note that without an inventory it is for review only; per rank its host
+        and exact command."""
         app = demo_app()
         with_solutions(app, region_pipelines(app.session))
         assert snap_compare(app, press=["6"], terminal_size=SIZE, run_before=steady)
