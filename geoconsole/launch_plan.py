@@ -12,8 +12,9 @@ several GPUs:
   ``--nproc-per-node=1`` and ``--node-rank`` = the global rank, so torchrun's
   ``RANK = node_rank * 1 + 0`` is exactly the planned rank. The spec's one-process-per-host
   template would permute node ranks of whole hosts, which mis-ranks multi-GPU hosts;
-- ``CUDA_VISIBLE_DEVICES`` is the device's GPU index, so every process sees one GPU as
-  ``cuda:0`` and ``LOCAL_RANK`` is 0 in both modes;
+- ``CUDA_VISIBLE_DEVICES`` is the device's GPU index (with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``,
+  so the index means what nvidia-smi and the probes meant), every process sees one GPU
+  as ``cuda:0`` and ``LOCAL_RANK`` is 0 in both modes;
 - ``env`` mode sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
   ``MASTER_ADDR`` and ``MASTER_PORT`` directly, for programs that read them;
 - ``NCCL_SOCKET_IFNAME`` uses the exact-name form ``=iface`` (a bare name is a prefix
@@ -307,6 +308,9 @@ def build_plan(
 def _process_env(mode, backend, rank, world, gpu, iface, master_addr, port) -> dict[str, str]:
     env: dict[str, str] = {}
     if gpu is not None:
+        # GPU indices are nvidia-smi's (PCI bus order), as the probes measured them;
+        # CUDA's own default order (fastest first) can differ on mixed machines.
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     if iface:
         if "nccl" in backend:

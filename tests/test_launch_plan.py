@@ -38,6 +38,7 @@ def test_torchrun_one_agent_per_gpu_with_the_global_rank_as_node_rank():
         assert f["node-rank"] == str(p.rank) and f["nproc-per-node"] == "1"
         assert f["nnodes"] == "4" and f["rdzv-backend"] == "static"
         assert _env(p)["CUDA_VISIBLE_DEVICES"] == str(DEVICES[p.device].gpu)
+        assert _env(p)["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"  # nvidia-smi's numbering
         assert p.argv[-3:] == ("train.py", "--lr", "0.1")
     # the host's own python runs torchrun (virtual environments need no PATH)
     assert plan.processes[0].argv[:3] == ("/v/bin/python", "-m", "torch.distributed.run")
