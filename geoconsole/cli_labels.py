@@ -241,6 +241,7 @@ def select(
 ) -> None:
     """Choose which D_PP x D_DP devices take part (ADR-0021 group_locality) and say why
     the others are left out."""
+    from solver.estimate import links_from_meta
     from solver.selection import POLICIES, SelectionError, select_devices
 
     if group_locality not in POLICIES:
@@ -248,7 +249,8 @@ def select(
     wanted = _regions(regions)
     fabric = _load(matrix)
     try:
-        chosen = select_devices(fabric, pp * dp, group_locality, wanted, torch_versions_of(fabric))
+        chosen = select_devices(fabric, pp * dp, group_locality, wanted, torch_versions_of(fabric),
+                                links_from_meta(fabric))
     except SelectionError as exc:
         raise UserError(f"{matrix}: {exc}", ExitCode.FAILED) from None
     if out is not None:
@@ -352,7 +354,13 @@ def prepare_for_solve(
     count is of estimated pairs among the selected rows. UserError (one line) for bad
     flags, a fabric with unmeasured pairs and no ``fill``, or a policy that cannot be met.
     """
-    from solver.estimate import defaults_from_flags, estimated_pair_count, fill_missing, measured_mask
+    from solver.estimate import (
+        defaults_from_flags,
+        estimated_pair_count,
+        fill_missing,
+        links_from_meta,
+        measured_mask,
+    )
     from solver.orders import seed_orders_for
     from solver.selection import POLICIES, SelectionError, select_devices
 
@@ -370,7 +378,7 @@ def prepare_for_solve(
     if fabric.n > size or regions is not None or group_locality is not None:
         try:
             selection = select_devices(fabric, size, group_locality or "prefer", _regions(regions),
-                                       torch_versions_of(fabric))
+                                       torch_versions_of(fabric), links_from_meta(fabric))
         except SelectionError as exc:
             raise UserError(f"{fabric.source}: {exc}", ExitCode.FAILED) from None
         fabric = selected_fabric(fabric, selection)

@@ -23,8 +23,9 @@ row order**. Inside the winning bucket the ``k`` members are then taken *tightly
 sub-locations at the next finer level (zone, network group, host) first, the smallest
 one that still holds all that is needed, else the largest that fits, so a region-level
 pick spans as few zones and hosts as it can (``prefer`` falling back to ``any`` too;
-the ``any`` *policy* ignores location and takes the first rows). Deterministic: same
-input, same rows.
+the ``any`` *policy* ignores location and takes the first rows). A host that gives
+only some of its GPUs gives the set pick_devices chooses on its ``topo -m`` links
+(ADR-0021 addendum), else its lowest GPU indices. Deterministic: same input, same rows.
 
 ``regions`` filters first: a device qualifies when its region *or* its zone is listed,
 so filters written with zone names keep working.
@@ -35,8 +36,9 @@ Cost: O(n * levels) dictionary work per call (see benchmarks/selection.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
+from solver.devices import pick_devices
 from solver.fabric import Device, Fabric
 from solver.locality import LEVELS, describe_group, location_key, location_name
 
@@ -115,6 +117,7 @@ def select_devices(
     policy: str = "prefer",
     regions: Sequence[str] | None = None,
     torch_versions: Sequence[str | None] | None = None,
+    links: Mapping[str, Any] | None = None,
 ) -> Selection:
     """Choose ``workload_size`` rows of ``fabric`` under ``group_locality = policy``.
 
@@ -131,6 +134,9 @@ def select_devices(
     torch_versions : sequence, optional
         Torch version per row (``None`` = unknown, a version of its own); all chosen
         rows share one. Default: all the same.
+    links : mapping, optional
+        Host -> its ``topo -m`` link classes. When only some GPUs of a host are
+        needed, pick_devices chooses them (else the lowest GPU indices).
 
     Raises
     ------
@@ -174,7 +180,7 @@ def select_devices(
     for level in levels:
         bucket = _first_full_bucket(devices, versions, candidates, k, level)
         if bucket is not None:
-            return _finish(devices, versions, candidates, reasons, bucket, k, level, policy)
+            return _finish(devices, versions, candidates, reasons, bucket, k, level, policy, links)
     raise SelectionError(_shortfall(devices, versions, candidates, k, policy))
 
 
@@ -203,23 +209,24 @@ def _first_full_bucket(devices, versions, rows, k, level):
     return None
 
 
-def _take_tight(devices, rows: list[int], need: int, finer: tuple[str, ...]) -> list[int]:
+def _take_tight(devices, rows: list[int], need: int, finer: tuple[str, ...], links=None) -> list[int]:
     """``need`` of ``rows``, keeping whole sub-locations at the finer levels together."""
     if need >= len(rows):
         return list(rows)
     if not finer:
-        return sorted(rows)[:need]
+        return _part_of_host(devices, rows, need, links)
     groups: dict[Any, list[int]] = {}
     for i in rows:
         key = location_key(devices[i], finer[0])
-        groups.setdefault(("row", i) if key is None else key, []).append(i)
+        # Unlabelled at this level: still keep the host whole.
+        groups.setdefault((0, devices[i].host) if key is None else key, []).append(i)  # 0: never a label
     pool = sorted(groups.values(), key=lambda g: (-len(g), g[0]))
     chosen: list[int] = []
     while need > 0:
         covering = [g for g in pool if len(g) >= need]
         if covering:
             best = min(covering, key=lambda g: (len(g), g[0]))
-            chosen += _take_tight(devices, best, need, finer[1:])
+            chosen += _take_tight(devices, best, need, finer[1:], links)
             break
         largest = pool.pop(0)
         chosen += largest
@@ -227,11 +234,25 @@ def _take_tight(devices, rows: list[int], need: int, finer: tuple[str, ...]) -> 
     return sorted(chosen)
 
 
-def _finish(devices, versions, candidates, reasons, bucket_key, k, level, policy) -> Selection:
+def _part_of_host(devices, rows: list[int], need: int, links) -> list[int]:
+    """``need`` rows of one host: pick_devices on its topology, else the first rows."""
+    host = devices[rows[0]].host
+    gpus = [devices[i].gpu for i in rows]
+    if links is None or host not in links or None in gpus or len({devices[i].host for i in rows}) > 1:
+        return sorted(rows)[:need]
+    by_gpu = dict(zip(gpus, rows))
+    try:
+        picked = pick_devices(links[host], gpus, need)
+    except ValueError:  # links that do not cover these GPUs: keep the plain order
+        return sorted(rows)[:need]
+    return sorted(by_gpu[g] for g in picked)
+
+
+def _finish(devices, versions, candidates, reasons, bucket_key, k, level, policy, links) -> Selection:
     version, key = bucket_key
     members = _buckets(devices, versions, candidates, level)[bucket_key]
     # ``any`` as a policy ignores location (the ADR's previous behaviour): first fit.
-    chosen = _take_tight(devices, members, k, () if policy == "any" else _FINER[level])
+    chosen = _take_tight(devices, members, k, () if policy == "any" else _FINER[level], links)
     chosen_set = set(chosen)
     member_set = set(members)
     where = "" if level == "any" else f" in {_WORDS[level]} {location_name(key)}"

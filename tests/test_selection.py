@@ -295,3 +295,17 @@ def test_prepare_for_solve_keeps_a_fabric_of_the_right_size_and_refuses_bad_flag
     assert err.value.code == 1
     only = cli_labels.prepare_for_solve(FLEET, 6, regions="us-a")
     assert only.selection.summary == "same zone us-a"
+
+
+def test_a_host_giving_part_of_its_gpus_gives_the_best_linked_ones():
+    # One DGX-1 (8 GPUs, GPU 0 taken out of the fabric) and two single-GPU hosts elsewhere.
+    from test_pick_devices import DGX1
+
+    devices = [Device("dgx", g, "eu", "eu-b") for g in range(1, 8)] + [Device("x", 0, "us"), Device("y", 0, "us")]
+    f = fabric_of(devices)
+    plain = select_devices(f, 4, "prefer")
+    assert plain.rows == (0, 1, 2, 3)  # GPUs 1-4: lowest indices without link data
+    sel = select_devices(f, 4, "prefer", links={"dgx": DGX1})
+    assert [devices[i].gpu for i in sel.rows] == [4, 5, 6, 7] and sel.summary == "same host dgx"
+    reasons = dict(sel.left_out)
+    assert reasons[0] == "not needed: the group took 4 of 7 devices in zone eu-b"
