@@ -40,6 +40,8 @@ def _load(path: Path) -> Fabric:
 
 def _workload(fabric: Fabric, pp, dp, c_pp, c_dp, pp_messages, dp_messages) -> Workload:
     n = fabric.n
+    if pp is not None and dp is not None and pp * dp < n:  # a subset is selected later
+        n = pp * dp
     if pp is None and dp is None:
         pp = 8 if n % 8 == 0 else n
     if pp is None:
@@ -48,13 +50,43 @@ def _workload(fabric: Fabric, pp, dp, c_pp, c_dp, pp_messages, dp_messages) -> W
         dp = n // pp if n % pp == 0 else 0
     if pp < 1 or dp < 1 or pp * dp != n:
         raise UserError(
-            f"{fabric.source}: {n} devices cannot hold D_PP {pp or '?'} x D_DP {dp or '?'}; "
-            f"choose --pp and --dp with D_PP x D_DP = {n}"
+            f"{fabric.source}: {fabric.n} devices cannot hold D_PP {pp or '?'} x D_DP {dp or '?'}; "
+            f"choose --pp and --dp with D_PP x D_DP <= {fabric.n}"
         )
     try:
         return Workload(pp, dp, c_pp, c_dp, pp_messages, dp_messages)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+
+
+def _prepare(fabric: Fabric, workload: Workload, *, group_locality, regions, fill, estimates, learn):
+    """Select the devices that take part and fill unmeasured pairs, as asked.
+
+    Returns ``(fabric, selection or None, pairs filled)``.
+    """
+    selection = None
+    if fabric.n > workload.n_devices or group_locality is not None or regions:
+        from solver.selection import select_devices
+
+        wanted = [r.strip() for r in (regions or "").split(",") if r.strip()] or None
+        try:
+            selection = select_devices(fabric, workload.n_devices, group_locality or "prefer", wanted)
+        except ValueError as exc:
+            raise UserError(f"{fabric.source}: {exc}") from None
+        selected = fabric.subset(list(selection.rows))
+        selected.meta = {**selected.meta, "selection": selection.to_json()}
+        fabric = selected
+    filled = 0
+    if fill:
+        from solver.estimate import defaults_from_flags, fill_missing
+
+        try:
+            fabric, filled = fill_missing(fabric, defaults_from_flags(list(estimates or []), learn=learn))
+        except ValueError as exc:
+            raise UserError(f"--estimate: {exc}") from None
+    elif estimates:
+        raise UserError("--estimate: needs --fill-missing")
+    return fabric, selection, filled
 
 
 def _model(fabric: Fabric, workload: Workload):
@@ -151,25 +183,51 @@ def solve_cmd(
     as_json: bool = JSON_OUT,
     record: Optional[Path] = typer.Option(None, "--record", help="Append a run record (JSON line) to this file."),
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bar on stderr (default: when it is a terminal)."),
+    group_locality: Optional[str] = typer.Option(None, "--group-locality", help="When the fabric has more devices than D_PP x D_DP: prefer (default), network_group, zone, region or any."),
+    regions: Optional[str] = typer.Option(None, "--regions", help="Only devices whose region or zone is in this comma-separated list."),
+    fill_missing: bool = typer.Option(False, "--fill-missing", help="Estimate unmeasured pairs from labels and topology (marked estimated)."),
+    estimate: Optional[list[str]] = typer.Option(None, "--estimate", help="LEVEL=ALPHA_MS,BETA_GBPS default for estimates (host, network_group, zone, region, any, or a link class NV1/PIX/PXB/PHB/NODE/SYS); repeatable."),
+    learn: bool = typer.Option(True, "--learn/--no-learn", help="Estimate from measured pairs at the same level before the defaults."),
 ) -> None:
     """Solve the placement: print Comm, baselines, lower bound, locality and rank_map=(...)."""
     from solver.bounds import lower_bound
+    from solver.orders import seed_orders_for
 
     from geoconsole.report import format_solve, solve_json
 
     fabric = _load(matrix)
     workload = _workload(fabric, pp, dp, c_pp, c_dp, pp_messages, dp_messages)
+    fabric, selection, filled = _prepare(fabric, workload, group_locality=group_locality,
+                                         regions=regions, fill=fill_missing, estimates=estimate,
+                                         learn=learn)
     model = _model(fabric, workload)
     show = sys.stderr.isatty() if progress is None else progress
     result = run_solve(model, seed=seed, budget=budget, restarts=restarts,
-                       time_limit=time_limit, progress=show)
+                       time_limit=time_limit, progress=show, seed_orders=seed_orders_for(fabric))
     doc = solve_json(fabric, model, result, baselines_for(model, baseline_samples, seed),
                      lower_bound(model))
-    _emit(doc, as_json, format_solve(doc))
+    doc["estimated_pairs"] = filled
+    if selection is not None:
+        doc["selection"] = selection.to_json()
+    _emit(doc, as_json, _selection_lines(selection, filled) + format_solve(doc))
     if record is not None:
         _record_solve(record, doc)
     if result.status == 3:  # cancelled by Ctrl-C: the best so far was printed
         raise typer.Exit(int(ExitCode.INTERRUPTED))
+
+
+def _selection_lines(selection, filled: int) -> str:
+    lines = []
+    if selection is not None:
+        lines.append(f"selected   {len(selection.rows)} devices ({selection.policy}): {selection.summary}")
+        reasons: dict[str, int] = {}
+        for _, why in selection.left_out:
+            reasons[why] = reasons.get(why, 0) + 1
+        for why, count in sorted(reasons.items()):
+            lines.append(f"left out   {count} device(s): {why}")
+    if filled:
+        lines.append(f"estimated  {filled} unmeasured pair(s) filled from labels/topology (marked estimated)")
+    return "".join(line + "\n" for line in lines)
 
 
 def _record_solve(path: Path, doc: dict) -> None:
@@ -190,7 +248,10 @@ def _record_solve(path: Path, doc: dict) -> None:
         "lower_bound_s": doc["lower_bound"]["comm_s"],
         "baselines": doc["baselines"],
         "rank_map": doc["rank_map"],
+        "estimated_pairs": doc.get("estimated_pairs", 0),
     }
+    if "selection" in doc:
+        record["selection"] = doc["selection"]
     try:
         append_record(path, record)
     except OSError as exc:

@@ -86,7 +86,10 @@ def test_solve_infers_dp_from_pp(ww_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--pp", "7"], "64 devices cannot hold D_PP 7"),
-    (["--pp", "8", "--dp", "4"], "cannot hold D_PP 8 x D_DP 4"),
+    (["--pp", "8", "--dp", "9"], "cannot hold D_PP 8 x D_DP 9"),
+    (["--pp", "8", "--estimate", "zone=1,1"], "--estimate: needs --fill-missing"),
+    (["--pp", "8", "--fill-missing", "--estimate", "zone=abc"], "--estimate"),
+    (["--pp", "8", "--dp", "8", "--group-locality", "zone"], "zone"),
     (["--pp", "0"], "Invalid value for '--pp'"),
     (["--pp", "8", "--budget", "-3"], "Invalid value for '--budget'"),
     (["--pp", "8", "--time-limit", "0"], "Invalid value for '--time-limit'"),
@@ -172,3 +175,39 @@ def test_selftest_fails_with_exit_1_when_a_check_fails(monkeypatch):
 def test_headless_without_command_prints_help():
     result = run()
     assert result.exit_code == 0 and "solve" in result.stdout
+
+
+def test_solve_selects_the_tightest_devices_when_the_fleet_is_larger(ww_path):
+    result = run("solve", "--matrix", ww_path, "--pp", "4", "--dp", "2", "--c-pp", "0.5", "--c-dp", "0.6",
+                 "--baseline-samples", "0", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    sel = doc["selection"]
+    assert len(sel["rows"]) == 8 and len(sel["left_out"]) == 56
+    assert sel["summary"].startswith("same region")
+    assert doc["fabric"]["devices"] == 8 and sorted(doc["rank_map"]) == list(range(8))
+
+
+def test_solve_regions_filter_and_its_failure(ww_path):
+    ok = run("solve", "--matrix", ww_path, "--pp", "4", "--dp", "4", "--c-pp", "0.5", "--c-dp", "0.6",
+             "--regions", "Tokyo,Seoul", "--baseline-samples", "0")
+    assert ok.exit_code == 0, ok.output
+    assert "selected   16 devices" in ok.stdout and "spans 2 regions" in ok.stdout
+    assert "left out   8 device(s): Oregon not in --regions Seoul, Tokyo" in ok.stdout
+    bad = run("solve", "--matrix", ww_path, "--pp", "4", "--dp", "4", "--c-pp", "0.5", "--c-dp", "0.6",
+              "--regions", "Tokyo")
+    assert "--regions Tokyo: 8 of 64 devices match, the workload needs 16" in one_line_error(bad)
+
+
+def test_solve_fill_missing_estimates_and_counts_pairs(tmp_path):
+    doc = worldwide_fabric().to_json()
+    for i, j in ((0, 9), (9, 0), (1, 2), (2, 1)):
+        doc["alpha_ms"][i][j] = doc["beta_gbps"][i][j] = None
+    path = tmp_path / "holes.json"
+    path.write_text(json.dumps(doc))
+    result = run("solve", "--matrix", path, *WW, "--fill-missing", "--baseline-samples", "0", "--budget", "2000")
+    assert result.exit_code == 0, result.output
+    assert "estimated  2 unmeasured pair(s)" in result.stdout
+    as_json = json.loads(run("solve", "--matrix", path, *WW, "--fill-missing", "--baseline-samples", "0",
+                             "--budget", "2000", "--json").stdout)
+    assert as_json["estimated_pairs"] == 2
