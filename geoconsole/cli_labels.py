@@ -195,6 +195,45 @@ def _print_suggestions(fabric: Fabric, found) -> None:
     typer.echo(f"{len(found.changes)} to change, {found.agree} agree")
 
 
+# -- labels set ----------------------------------------------------------------------
+@labels_app.command("set")
+@cli_errors
+def set_labels(
+    matrix: Path = MATRIX,
+    out: Path = typer.Option(..., "--out", "-o", help="Fabric JSON to write (may be --matrix)."),
+    host: list[str] = typer.Option(..., "--host", help="Host to label; repeatable."),
+    gpu: Optional[int] = typer.Option(None, "--gpu", min=0, help="Only this GPU of the host(s) (an override)."),
+    region: Optional[str] = typer.Option(None, "--region", help="Region; '' clears it."),
+    zone: Optional[str] = typer.Option(None, "--zone", help="Zone; '' clears it."),
+    network_group: Optional[str] = typer.Option(None, "--network-group", help="Network group; '' clears it."),
+) -> None:
+    """Set labels as the operator (source ``operator``) on whole hosts (replacing
+    per-GPU values) or, with --gpu, on one GPU of them."""
+    from geoconsole.labels import LabelSet, validate_label
+
+    fabric = _load(matrix)
+    if fabric.devices is None:
+        raise UserError(f"{matrix}: devices: the fabric lists no devices to label")
+    changes = {f: v for f, v in (("region", region), ("zone", zone), ("network_group", network_group))
+               if v is not None}
+    if not changes:
+        raise UserError("nothing to set: give --region, --zone or --network-group")
+    for field, value in changes.items():
+        validate_label(field, value, "--" + field.replace("_", "-"))
+    known = {(d.host, d.gpu) for d in fabric.devices}
+    for h in host:
+        if not any(kh == h and (gpu is None or kg == gpu) for kh, kg in known):
+            what = f"{h}:{gpu}" if gpu is not None else h
+            raise UserError(f"{matrix}: no device {what} in the fabric")
+    labels = LabelSet.from_fabric(fabric)
+    for field, value in changes.items():
+        labels.set_many([(h, gpu) for h in host], field, value, "operator", replace_gpus=True)
+    _save(labels.apply(fabric, keep_unset=False), out)
+    what = ", ".join(f"{f}={v or '(cleared)'}" for f, v in changes.items())
+    typer.echo(f"set {what} on {len(host)} host{'s' if len(host) != 1 else ''}"
+               f"{f' (GPU {gpu})' if gpu is not None else ''}; wrote {out}")
+
+
 # -- labels fill ---------------------------------------------------------------------
 @labels_app.command("fill")
 @cli_errors

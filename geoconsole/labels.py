@@ -124,11 +124,19 @@ class LabelSet:
 
     # -- edits -----------------------------------------------------------------
     def set(self, host: str, field: str, value: str | None, source: str = "operator",
-            gpu: int | None = None) -> None:
-        """Set (or with None/"" clear) one label of a host, or of one GPU when ``gpu``."""
+            gpu: int | None = None, replace_gpus: bool = False) -> None:
+        """Set (or with None/"" clear) one label of a host, or of one GPU when ``gpu``.
+
+        ``replace_gpus``: a host-level edit also drops that field's per-GPU overrides
+        (the whole host gets the value).
+        """
         validate_label(field, value, host if gpu is None else f"{host}:{gpu}")
         if source not in SOURCES:
             raise LabelError(f"label source {source!r}: expected one of {', '.join(SOURCES)}")
+        if gpu is None and replace_gpus:
+            for (h, _), table in self.gpus.items():
+                if h == host:
+                    table.pop(field, None)
         table = self.hosts.setdefault(host, {}) if gpu is None else self.gpus.setdefault((host, gpu), {})
         if value in (None, ""):
             table.pop(field, None)
@@ -136,12 +144,12 @@ class LabelSet:
             table[field] = Label(value, source)
 
     def set_many(self, targets: Iterable[tuple[str, int | None]], field: str, value: str | None,
-                 source: str = "operator") -> int:
+                 source: str = "operator", replace_gpus: bool = False) -> int:
         """The same edit on several ``(host, gpu-or-None)`` targets; returns how many."""
         validate_label(field, value)
         count = 0
         for host, gpu in targets:
-            self.set(host, field, value, source, gpu)
+            self.set(host, field, value, source, gpu, replace_gpus)
             count += 1
         return count
 

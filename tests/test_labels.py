@@ -243,3 +243,45 @@ def test_headless_labels_commands_import_no_console_or_ssh(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert "5 devices on 3 hosts" in out.stdout, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "LOADED []"
+
+
+def test_labels_set_command(tmp_path):
+    app = typer.Typer()
+
+    @app.callback()
+    def root() -> None:
+        """Test root."""
+
+    cli_labels.register(app)
+    src, dst = tmp_path / "f.json", tmp_path / "g.json"
+    fabric_of(DEVICES).save(src)
+    r = CliRunner().invoke(app, ["labels", "set", "-m", str(src), "-o", str(dst), "--host", "h1", "--host", "h2",
+                                 "--zone", "europe-west1-d", "--network-group", ""])
+    assert r.exit_code == 0, r.output
+    assert r.output.strip() == f"set zone=europe-west1-d, network_group=(cleared) on 2 hosts; wrote {dst}"
+    back = load_fabric(dst)
+    assert [d.zone for d in back.devices[:4]] == ["europe-west1-d"] * 4
+    assert [d.network_group for d in back.devices[:4]] == [None] * 4
+    labels = LabelSet.from_fabric(back)
+    assert labels.get("h1", "zone", 0) == Label("europe-west1-d", "operator")
+    assert labels.get("h1", "region", 0) == Label("europe-west1", "inventory")
+    r = CliRunner().invoke(app, ["labels", "set", "-m", str(dst), "-o", str(dst), "--host", "h2", "--gpu", "1",
+                                 "--network-group", "rack-7"])
+    assert r.exit_code == 0, r.output
+    assert [d.network_group for d in load_fabric(dst).devices[2:4]] == [None, "rack-7"]
+    for args, match in ((["--host", "h9", "--zone", "z"], "no device h9 in the fabric"),
+                        (["--host", "h1", "--gpu", "5", "--zone", "z"], "no device h1:5"),
+                        (["--host", "h1"], "nothing to set"),
+                        (["--host", "h1", "--zone", "bad zone"], "--zone: zone: no spaces")):
+        r = CliRunner().invoke(app, ["labels", "set", "-m", str(src), "-o", str(dst), *args])
+        assert r.exit_code == 2 and match in r.output, (args, r.output)
+
+
+def test_host_edit_can_replace_gpu_overrides():
+    labels = LabelSet()
+    labels.set("h", "zone", "z1", "inventory", gpu=0)
+    labels.set("h", "zone", "z2", "inventory", gpu=1)
+    labels.set("h", "zone", "z3", "operator")
+    assert labels.get("h", "zone", 0).value == "z1"  # overrides still win
+    labels.set("h", "zone", "z3", "operator", replace_gpus=True)
+    assert labels.get("h", "zone", 0) == labels.get("h", "zone", 1) == Label("z3", "operator")
