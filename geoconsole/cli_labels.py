@@ -256,7 +256,10 @@ def fill(
         defaults = defaults_from_flags(estimate, learn)
     except ValueError as exc:
         raise UserError(f"--estimate: {exc}") from None
-    filled, count = fill_missing(fabric, defaults)
+    try:
+        filled, count = fill_missing(fabric, defaults)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     _save(filled, out)
     total = estimated_pair_count(filled)
     if json_out:
@@ -412,7 +415,10 @@ def prepare_for_solve(
             defaults = defaults_from_flags(list(estimates or []), learn)
         except ValueError as exc:
             raise UserError(f"--estimate: {exc}") from None
-        fabric, _ = fill_missing(fabric, defaults)
+        try:
+            fabric, _ = fill_missing(fabric, defaults)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
     selection = None
     if fabric.n > size or regions is not None or group_locality is not None:
         try:

@@ -215,7 +215,8 @@ class _Source:
         m = re.match(r"^NV(\d+)$", cls)
         if m:
             a, b = self.d.links.get("NV1", DEFAULT_LINKS["NV1"])
-            return a, b * int(m.group(1)), f"link {cls} (default)"
+            why = "operator NV1" if "NV1" in self.d.links else "default"
+            return a, b * int(m.group(1)), f"link {cls} ({why})"
         return (*DEFAULT_LINKS[cls], f"link {cls} (default)")
 
 
@@ -235,12 +236,18 @@ def _host_links(links: Mapping[str, Any] | None, host: str, gi, gj) -> str | Non
         return None
     table = links[host]
     try:
-        cls = table[gi][gj] if not isinstance(table, Mapping) else table.get(gi, {}).get(gj)
-    except (IndexError, KeyError, TypeError):
+        if isinstance(table, Mapping):  # {i: {j: class}}; JSON turns the keys into text
+            row = table.get(gi, table.get(str(gi), {}))
+            cls = row.get(gj, row.get(str(gj)))
+        else:
+            cls = table[gi][gj]
+        speed = link_speed(cls)
+    except (IndexError, KeyError, TypeError, AttributeError, ValueError):
+        return None  # links that do not describe this pair: estimate by level instead
+    if speed == 0:
         return None
-    if cls is None or link_speed(cls) == 0:
-        return None
-    return str(cls).strip().upper()
+    cls = str(cls).strip().upper()
+    return "SYS" if cls == "SOC" else cls
 
 
 def fill_missing(

@@ -221,3 +221,23 @@ def test_same_host_links_recorded_in_the_fabric_meta_are_used():
     f.meta["hosts"] = {"x": {"links": DGX_LINKS["x"]}, "y": {"topology": "1x NV4"}}
     out, _ = fill_missing(holed(f, [(0, 1)]))
     assert out.extras["estimate_basis"][0][1] == "link NV2 (default)"
+
+
+def test_odd_link_records_fall_back_to_levels_and_bad_marks_are_one_line_errors(tmp_path):
+    f = two_hosts()
+    # JSON-style mapping with text keys works; an unknown class is ignored.
+    f.meta["hosts"] = {"x": {"links": {"0": {"1": "NV4"}, "2": {"3": "WARP"}}}}
+    out, _ = fill_missing(holed(f, [(0, 1), (2, 3)]), EstimateDefaults(learn=False))
+    basis = out.extras["estimate_basis"]
+    assert basis[0][1] == "link NV4 (default)" and basis[2][3] == "host (default)"
+    app = typer.Typer()
+
+    @app.callback()
+    def root() -> None:
+        """Test root."""
+
+    cli_labels.register(app)
+    bad = Fabric(f.alpha_ms, f.beta_gbps, f.labels, f.devices, extras={"estimated": [[True]]})
+    bad.save(tmp_path / "bad.json")
+    r = CliRunner().invoke(app, ["labels", "fill", "-m", str(tmp_path / "bad.json"), "-o", str(tmp_path / "o.json")])
+    assert r.exit_code == 2 and "estimated: expected 7 x 7 booleans" in r.output
