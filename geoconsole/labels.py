@@ -242,7 +242,10 @@ class LabelSet:
                     entry = clean.setdefault(d.name, {})
                     for f in ("region", "zone"):
                         entry.setdefault(f, found)
-        return cls.from_devices(fabric.devices, source, clean)
+        try:
+            return cls.from_devices(fabric.devices, source, clean)
+        except LabelError as exc:
+            raise LabelError(f"{fabric.source}: devices: {exc}") from None
 
     # -- JSON ------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:

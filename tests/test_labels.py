@@ -285,3 +285,18 @@ def test_host_edit_can_replace_gpu_overrides():
     assert labels.get("h", "zone", 0).value == "z1"  # overrides still win
     labels.set("h", "zone", "z3", "operator", replace_gpus=True)
     assert labels.get("h", "zone", 0) == labels.get("h", "zone", 1) == Label("z3", "operator")
+
+
+def test_a_fabric_with_an_invalid_label_is_a_one_line_error(tmp_path):
+    app = typer.Typer()
+
+    @app.callback()
+    def root() -> None:
+        """Test root."""
+
+    cli_labels.register(app)
+    path = tmp_path / "f.json"
+    fabric_of((Device("h1", 0, "eu west"), Device("h2", 0, "eu"))).save(path)
+    r = CliRunner().invoke(app, ["labels", "show", "-m", str(path)])
+    assert r.exit_code == 2
+    assert r.output == f"error: {path}: devices: h1: region: no spaces or other whitespace allowed in 'eu west'\n"
