@@ -15,6 +15,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.theme import Theme
 
 from geoconsole.session import Clock, Session, SessionError, demo_session, load_session, utc_now
 from screens.dialogs import PathDialog
@@ -28,6 +29,22 @@ from screens.rankmap import RankMapScreen
 from screens.solve import SolveScreen
 
 DEFAULT_SESSION_FILE = "geoconsole-session.json"
+
+#: The console's theme: dark, blue accents, and the heatmap's red/green kept for data.
+THEME = Theme(
+    name="geoconsole",
+    primary="#5fafff",
+    secondary="#87afd7",
+    accent="#ffaf5f",
+    foreground="#d0d0d0",
+    background="#121418",
+    surface="#1b1e24",
+    panel="#262a33",
+    success="#87d75f",
+    warning="#ffd75f",
+    error="#ff5f5f",
+    dark=True,
+)
 
 #: (mode, key, title) of each screen, in the order of the flow.
 SCREENS = (
@@ -66,6 +83,8 @@ class GeoConsoleApp(App[int]):
 
     def __init__(self, session: Session, *, clock: Clock | None = None, start: str = "fabric") -> None:
         super().__init__()
+        self.register_theme(THEME)
+        self.theme = THEME.name
         self.session = session
         self.clock: Clock = clock or utc_now
         self.start_mode = start

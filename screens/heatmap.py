@@ -14,7 +14,9 @@ from textual.widgets import Footer, Header, ProgressBar, Static
 
 from screens.base import ConsoleScreen
 from screens.messages import SessionChanged
-from screens.heatmap_view import METRIC_TITLES, METRICS, PALETTE, SELF, UNMEASURED, Heatmap
+from screens.heatmap_view import (
+    ESTIMATED_OFFSET, ESTIMATED_PALETTE, METRIC_TITLES, METRICS, PALETTE, SELF, UNMEASURED, Heatmap,
+)
 from solver.fabric import Fabric
 from solver.workload import Workload
 
@@ -89,7 +91,7 @@ class ColourLegend(Static):
 
     DEFAULT_CSS = "ColourLegend { height: 1; }"
 
-    def show(self, metric: str, lo: float, hi: float, level: str) -> None:
+    def show(self, metric: str, lo: float, hi: float, level: str, estimated: bool = False) -> None:
         text = Text(f"{METRIC_TITLES[metric]}  ")
         ends = (hi, lo) if metric == "beta" else (lo, hi)
         if math.isfinite(lo):
@@ -104,6 +106,9 @@ class ColourLegend(Static):
         text.append(" unmeasured  ")
         text.append("██", style=SELF)
         text.append(" self  ")
+        if estimated:
+            text.append("██", style=ESTIMATED_PALETTE[len(PALETTE) // 2])
+            text.append(" faded: estimated  ")
         text.append(f"cells: {level}")
         self.update(text)
 
@@ -111,6 +116,13 @@ class ColourLegend(Static):
 class HeatmapScreen(ConsoleScreen):
     """The measured fabric as a heatmap; the cursor shows one pair (or block) in detail."""
 
+    COMMANDS_ = (
+        ("Show latency alpha", "Heatmap of alpha (a)", "metric_alpha"),
+        ("Show bandwidth beta", "Heatmap of beta (b)", "metric_beta"),
+        ("Show transfer time", "Heatmap of T for the workload's activations (t)", "metric_transfer"),
+        ("Start sweep", "Measure every pair of the inventory (s)", "start_sweep"),
+        ("Cancel sweep", "Stop the sweep and its remote workers (x)", "cancel_sweep"),
+    )
     BINDINGS = [
         Binding("a", "metric('alpha')", "Alpha"),
         Binding("b", "metric('beta')", "Beta"),
@@ -160,6 +172,15 @@ class HeatmapScreen(ConsoleScreen):
     def action_metric(self, metric: str) -> None:
         self.query_one(Heatmap).metric = metric
 
+    def action_metric_alpha(self) -> None:
+        self.action_metric("alpha")
+
+    def action_metric_beta(self) -> None:
+        self.action_metric("beta")
+
+    def action_metric_transfer(self) -> None:
+        self.action_metric("transfer")
+
     def action_cycle_metric(self) -> None:
         heatmap = self.query_one(Heatmap)
         heatmap.metric = METRICS[(METRICS.index(heatmap.metric) + 1) % len(METRICS)]
@@ -171,7 +192,9 @@ class HeatmapScreen(ConsoleScreen):
         if lay is None or fabric is None or workload is None:
             details.update("")
             return
-        self.query_one(ColourLegend).show(heatmap.metric, lay.lo, lay.hi, lay.level)
+        self.query_one(ColourLegend).show(
+            heatmap.metric, lay.lo, lay.hi, lay.level, bool((lay.colour >= ESTIMATED_OFFSET).any())
+        )
         self._title()
         rows, cols = heatmap.cursor_rows()
         r, c = heatmap.cursor

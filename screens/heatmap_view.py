@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from rich.segment import Segment
 from rich.style import Style
+from textual.binding import Binding
 from textual.events import Click
 from textual.geometry import Size
 from textual.message import Message
@@ -36,6 +37,11 @@ METRIC_TITLES = {
 PALETTE = (
     "#1a9850", "#66bd63", "#a6d96a", "#d9ef8b", "#fee08b", "#fdae61", "#f46d43", "#d73027", "#a50026",
 )
+#: The same scale, faded: pairs estimated from labels rather than measured.
+ESTIMATED_PALETTE = tuple(
+    "#%02x%02x%02x" % tuple((int(c[i:i + 2], 16) + 2 * 0x50) // 3 for i in (1, 3, 5)) for c in PALETTE
+)
+ESTIMATED_OFFSET = 100
 UNMEASURED = "#101010"
 SELF = "#4e4e4e"
 CURSOR = "#ffffff"
@@ -146,6 +152,18 @@ def colour_index(values: np.ndarray, metric: str, is_self: np.ndarray) -> tuple[
     return idx, lo, hi
 
 
+def estimated_mask(fabric: Fabric) -> np.ndarray:
+    """True where the fabric's ``estimated`` extra marks a pair as filled from labels."""
+    raw = fabric.extras.get("estimated")
+    n = fabric.n
+    if not isinstance(raw, list) or len(raw) != n:
+        return np.zeros((n, n), dtype=bool)
+    try:
+        return np.array([[bool(x) for x in row] for row in raw], dtype=bool).reshape(n, n)
+    except (TypeError, ValueError):
+        return np.zeros((n, n), dtype=bool)
+
+
 def fit_layout(n_blocks: int, width: int, height: int) -> int:
     """Largest cell size (1..4) that fits ``n_blocks`` in ``width`` x ``height``; 0 if none."""
     for cell in (4, 3, 2, 1):
@@ -176,6 +194,9 @@ def build_layout(
         if level == "host":  # a host's own GPUs talk over its bus: not a fabric link
             is_self = np.array([[a == b and len(blocks[a]) == 1 for b in range(len(blocks))] for a in range(len(blocks))])
     colour, lo, hi = colour_index(values, metric, is_self)
+    if level == "device":
+        estimated = estimated_mask(fabric)[np.ix_(order, order)]
+        colour = np.where(estimated & (colour >= 0), colour + ESTIMATED_OFFSET, colour)
     groups: list[tuple[str, int, int]] = []
     for b, rows in enumerate(blocks):
         g = group_key(devices[rows[0]], labels[rows[0]])
@@ -193,10 +214,10 @@ class Heatmap(Widget, can_focus=True):
     Heatmap { height: 1fr; width: 1fr; min-height: 6; }
     """
     BINDINGS = [
-        ("up,k", "move(-1, 0)", "Up"),
-        ("down,j", "move(1, 0)", "Down"),
-        ("left,h", "move(0, -1)", "Left"),
-        ("right,l", "move(0, 1)", "Right"),
+        Binding("up,k", "move(-1, 0)", "Up", show=False),
+        Binding("down,j", "move(1, 0)", "Down", show=False),
+        Binding("left,h", "move(0, -1)", "Left", show=False),
+        Binding("right,l", "move(0, 1)", "Right", show=False),
     ]
 
     metric: reactive[str] = reactive("alpha")
@@ -301,18 +322,20 @@ class Heatmap(Widget, can_focus=True):
         return style
 
     def render_line(self, y: int) -> Strip:
+        # Line API strips carry no widget style of their own: lay the widget's colours under.
+        return self._line(y).extend_cell_length(self.size.width).crop(0, self.size.width).apply_style(self.rich_style)
+
+    def _line(self, y: int) -> Strip:
         lay = self.layout_
-        width = self.size.width
         if lay is None:
-            text = "no fabric yet: run a sweep from the fleet" if y == 0 else ""
-            return Strip([Segment(text.ljust(width)[:width])])
+            return Strip([Segment("no fabric yet: run a sweep from the fleet" if y == 0 else "")])
         gutter = self.gutter
         if y < HEADER_LINES:
-            return Strip(self._header(y, gutter, lay), width).crop(0, width)
+            return Strip(self._header(y, gutter, lay))
         h0 = 2 * (y - HEADER_LINES)
         r0, r1 = h0 // lay.cell, (h0 + 1) // lay.cell
         if r0 >= lay.k:
-            return Strip.blank(width)
+            return Strip([])
         segments = [self._gutter_segment(y - HEADER_LINES, r0, r1, gutter, lay)]
         top = lay.colour[r0].copy()
         bottom = lay.colour[r1].copy() if r1 < lay.k else np.full(lay.k, -3)
@@ -327,7 +350,7 @@ class Heatmap(Widget, can_focus=True):
         ends = np.concatenate([change, [lay.k]])
         for s, e in zip(starts.tolist(), ends.tolist()):
             segments.append(Segment("▀" * ((e - s) * lay.cell), self._style(int(top[s]), int(bottom[s]))))
-        return Strip(segments).extend_cell_length(width).crop(0, width)
+        return Strip(segments)
 
     def _gutter_segment(self, line: int, r0: int, r1: int, gutter: int, lay: HeatmapLayout) -> Segment:
         """The group name on the line where the group starts; ▶ on the cursor row's lines."""
@@ -353,6 +376,8 @@ class Heatmap(Widget, can_focus=True):
 
 
 def _colour(index: int) -> str | None:
+    if index >= ESTIMATED_OFFSET:
+        return ESTIMATED_PALETTE[index - ESTIMATED_OFFSET]
     if index >= 0:
         return PALETTE[index]
     return {-1: UNMEASURED, -2: SELF, -4: CURSOR}.get(index)

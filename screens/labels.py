@@ -43,6 +43,12 @@ class LabelValidator(Validator):
 class LabelsScreen(ConsoleScreen):
     """Mark rows, type labels, apply: the current solution goes stale at once."""
 
+    COMMANDS_ = (
+        ("Mark row", "Mark the cursor row for the next edit (space)", "mark"),
+        ("Mark host", "Mark every GPU of the cursor row's host (h)", "mark_host"),
+        ("Unmark all", "Clear the marks (u)", "unmark"),
+        ("Apply labels", "Set the form's labels on the marked rows", "apply"),
+    )
     BINDINGS = [
         Binding("space", "mark", "Mark row"),
         Binding("h", "mark_host", "Mark host"),
@@ -140,6 +146,9 @@ class LabelsScreen(ConsoleScreen):
             self.apply()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.apply()
+
+    def action_apply(self) -> None:
         self.apply()
 
     def apply(self) -> None:

@@ -241,6 +241,10 @@ class SolveScreen(ConsoleScreen):
             return
         self.history.append(message.fun)
         self.query_one(Sparkline).data = self.history[-200:]
+        bound = f", lower bound {self.bound:.2f} s" if self.bound is not None else ""
+        self.query_one("#solve-axis", Static).update(
+            f"best Comm so far: {self.history[0]:.2f} s -> {message.fun:.2f} s{bound}"
+        )
         self.query_one("#solve-status", Static).update(self._status_text(
             message.fun, message.nit, message.nfev, message.elapsed_s, message.phase
         ))
@@ -274,8 +278,9 @@ class SolveScreen(ConsoleScreen):
         self.bound = sol.bound
         values = [v for _t, v in sol.history] or [sol.fun]
         self.query_one(Sparkline).data = values
+        bound = f", lower bound {sol.bound:.2f} s" if sol.bound is not None else ""
         self.query_one("#solve-axis", Static).update(
-            f"best Comm over {sol.elapsed_s:.1f} s: {values[0]:.2f} s -> {values[-1]:.2f} s"
+            f"best Comm over {sol.elapsed_s:.1f} s: {values[0]:.2f} s -> {values[-1]:.2f} s{bound}"
         )
         stale = "   STALE: labels or fabric changed since" if self.session.is_stale(sol) else ""
         self.query_one("#solve-status", Static).update(self._status_text(
