@@ -83,7 +83,7 @@ def _cell(labels, d, field: str) -> str:
 @cli_errors
 def show(matrix: Path = MATRIX, json_out: bool = JSON_OUT) -> None:
     """List every device's region, zone and network group with where each came from."""
-    from geoconsole.labels import LabelSet
+    from geoconsole.labels import FIELDS, LabelSet
     from solver.estimate import estimated_pair_count
     from solver.locality import group_locality
 
@@ -97,7 +97,7 @@ def show(matrix: Path = MATRIX, json_out: bool = JSON_OUT) -> None:
         doc = {
             "fabric": str(matrix),
             "devices": [
-                {"row": i, "device": d.name, **{f: _json_label(labels, d, f) for f in ("region", "zone", "network_group")}}
+                {"row": i, "device": d.name, **{f: _json_label(labels, d, f) for f in FIELDS}}
                 for i, d in enumerate(devices)
             ],
             "labels": labels.to_json(),
@@ -133,8 +133,10 @@ def _estimated_count(fabric: Fabric, counter) -> int:
 def suggest(
     matrix: Path = MATRIX,
     json_out: bool = JSON_OUT,
-    apply: bool = typer.Option(False, "--apply", help="Accept the suggestions and write the labelled fabric to --out."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where --apply writes the fabric (may be --matrix)."),
+    apply: bool = typer.Option(False, "--apply",
+                               help="Accept the suggestions and write the labelled fabric to --out."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o",
+                                       help="Where --apply writes the fabric (may be --matrix)."),
     min_gap: float = typer.Option(1.5, "--min-gap", min=1.01,
                                   help="Smallest step in transfer time (ratio) that separates groups."),
     keep_contradicting: bool = typer.Option(False, "--keep-contradicting",

@@ -287,7 +287,8 @@ def _shortfall(devices, versions, candidates, k, policy) -> str:
     (version, key), best = max(buckets.items(), key=lambda kv: (len(kv[1]), -kv[1][0]))
     one = " with one torch version" if several else ""
     if level == "any":
-        text = f"group_locality={policy}: no {k} devices share one torch version (largest: {len(best)} on {_torch(version)})"
+        text = (f"group_locality={policy}: no {k} devices share one torch version "
+                f"(largest: {len(best)} on {_torch(version)})")
     else:
         largest = f"{location_name(key)} with {len(best)}" + (f" on {_torch(version)}" if several else "")
         text = f"group_locality={policy}: no {_WORDS[level]} has {k} devices{one} (largest: {largest})"

@@ -187,7 +187,8 @@ def test_labels_show_command(tmp_path):
     lines = r.output.splitlines()
     assert lines[0].split() == ["row", "device", "region", "zone", "network", "group"]
     assert lines[3].split() == ["2", "h2:0", "europe-west1", "(inventory)", "europe-west1-c", "(flag)", "-"]
-    assert lines[-1] == "5 devices on 3 hosts: spans 2 zones in 1 region + 1 unlabelled; 0 unmeasured pairs, 0 estimated pairs"
+    assert lines[-1] == ("5 devices on 3 hosts: spans 2 zones in 1 region + 1 unlabelled; "
+                         "0 unmeasured pairs, 0 estimated pairs")
     r = CliRunner().invoke(app, ["labels", "show", "--matrix", str(path), "--json"])
     doc = json.loads(r.output)
     assert doc["devices"][2]["zone"] == {"value": "europe-west1-c", "source": "flag"}

@@ -265,7 +265,8 @@ def test_prepare_for_solve_selects_fills_and_seeds():
     for i, j in ((4, 5), (0, 1)):  # one pair inside zone eu-b, one in us-a
         a[i, j] = a[j, i] = b[i, j] = b[j, i] = np.nan
     holed = Fabric(a, b, f.labels, f.devices, source="fleet.json")
-    with pytest.raises(UserError, match=r"fleet.json: 1 unmeasured pairs \(w4:0-w5:0\); measure them or pass --fill-missing"):
+    with pytest.raises(UserError, match=r"fleet.json: 1 unmeasured pairs \(w4:0-w5:0\); "
+                                        r"measure them or pass --fill-missing"):
         cli_labels.prepare_for_solve(holed, 6)
     prepared = cli_labels.prepare_for_solve(holed, 6, fill=True, estimates=["network_group=0.7,3"], learn=False)
     assert prepared.selection.summary == "same zone eu-b"
