@@ -17,6 +17,7 @@
 4. The same fabric with 20 / 50 / 80 % of the pairs unmeasured, filled by
    ``fill_missing`` with the devices' region labels and without any labels, solved,
    and scored on the complete fabric.
+5. Cost of fill_missing and suggest_network_groups at 64, 256 and 512 devices.
 
 Run: ``.venv/bin/python benchmarks/selection.py [--quick]``.
 """
@@ -180,6 +181,36 @@ def bench_partial(fractions: tuple[float, ...], budget: int) -> None:
         print(f"{frac:>10.0%} {scores[0]:>19.2f} {scores[1]:>15.2f}")
 
 
+def bench_costs(sizes: tuple[int, ...]) -> None:
+    """Wall time of fill_missing (30 % unmeasured) and suggest_network_groups."""
+    from solver.estimate import fill_missing
+    from solver.suggest import suggest_network_groups
+
+    print("\n5. cost: fill_missing with 30 % of pairs unmeasured; suggest_network_groups (fully measured)")
+    print(f"{'devices':>8} {'fill ms':>8} {'suggest ms':>11}  suggested groups")
+    rng = np.random.default_rng(2)
+    for n in sizes:
+        per_group = n // 8
+        devices = tuple(Device(f"h{i // 4}", i % 4, f"r{i // (n // 2)}", f"z{i // (n // 4)}")
+                        for i in range(n))
+        group = np.arange(n) // per_group
+        a = np.where(group[:, None] == group[None, :], 0.3, 40.0) * rng.uniform(0.9, 1.1, (n, n))
+        b = np.where(group[:, None] == group[None, :], 8.0, 0.6) * rng.uniform(0.9, 1.1, (n, n))
+        np.fill_diagonal(a, 0.0)
+        np.fill_diagonal(b, 0.0)
+        full = Fabric(a, b, ["x"] * n, devices)
+        hole = rng.random((n, n)) < 0.3
+        ha, hb = a.copy(), b.copy()
+        ha[hole] = hb[hole] = np.nan
+        holed = Fabric(ha, hb, ["x"] * n, devices)
+        t0 = time.perf_counter()
+        fill_missing(holed)
+        t1 = time.perf_counter()
+        found = suggest_network_groups(full)
+        t2 = time.perf_counter()
+        print(f"{n:>8} {(t1 - t0) * 1e3:>8.0f} {(t2 - t1) * 1e3:>11.0f}  {len(found.names)} (planted 8)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats and solver runs")
@@ -190,9 +221,11 @@ def main() -> None:
     if args.quick:
         bench_quality(range(1), [0, 2000], (0.0, 0.3))
         bench_partial((0.5,), 2000)
+        bench_costs((64,))
     else:
         bench_quality(range(2), [0, 2000, 20000], (0.0, 0.3, 0.6))
         bench_partial((0.2, 0.5, 0.8), 20000)
+        bench_costs((64, 256, 512))
 
 
 if __name__ == "__main__":

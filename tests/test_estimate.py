@@ -241,3 +241,29 @@ def test_odd_link_records_fall_back_to_levels_and_bad_marks_are_one_line_errors(
     bad.save(tmp_path / "bad.json")
     r = CliRunner().invoke(app, ["labels", "fill", "-m", str(tmp_path / "bad.json"), "-o", str(tmp_path / "o.json")])
     assert r.exit_code == 2 and "estimated: expected 7 x 7 booleans" in r.output
+
+
+def test_pair_medians_equal_a_direct_computation():
+    rng = np.random.default_rng(8)
+    n = 24
+    devices = tuple(Device(f"h{i // 3}", i % 3, f"r{i // 12}", f"z{i // 6}") for i in range(n))
+    a, b = rng.uniform(1, 50, (n, n)), rng.uniform(0.5, 5, (n, n))
+    hole = rng.random((n, n)) < 0.4
+    a[hole] = b[hole] = np.nan
+    f = Fabric(a, b, ["x"] * n, devices)
+    out, _ = fill_missing(f)
+    basis = out.extras["estimate_basis"]
+    host = np.array([int(d.host[1:]) for d in devices])
+    checked = 0
+    for i, j in zip(*np.nonzero(hole)):
+        if basis[i][j] != "host pair (median measured)":
+            continue
+        block = np.zeros((n, n), dtype=bool)
+        block[np.ix_(host == host[i], host == host[j])] = True
+        block |= block.T
+        ok = block & ~hole
+        np.fill_diagonal(ok, False)
+        assert out.alpha_ms[i, j] == pytest.approx(np.median(a[ok]))
+        assert out.beta_gbps[i, j] == pytest.approx(np.median(b[ok]))
+        checked += 1
+    assert checked > 20
