@@ -87,6 +87,7 @@ class FleetScreen(ConsoleScreen):
         yield Header()
         yield Static(id="fleet-summary")
         yield DataTable(id="fleet-table", cursor_type="row", zebra_stripes=True)
+        yield Static(id="fleet-details", classes="details")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -137,7 +138,24 @@ class FleetScreen(ConsoleScreen):
             states[r.state] = states.get(r.state, 0) + 1
         where = f"inventory {self.session.inventory}" if self.session.inventory else "built-in demo fabric (no SSH)"
         counts = ", ".join(f"{n} {state}" for state, n in states.items()) or "no hosts"
-        self.query_one("#fleet-summary", Static).update(f"{len(self.fleet.rows)} hosts from {where}: {counts}")
+        total = len(self.fleet.rows)
+        self.query_one("#fleet-summary", Static).update(f"{total} host{'s' if total != 1 else ''} from {where}: {counts}")
+        self._details()
+
+    def on_data_table_row_highlighted(self) -> None:
+        self._details()
+
+    def _details(self) -> None:
+        """The selected host in full: the last error does not fit its column."""
+        row = self._selected()
+        text = Text()
+        if row is not None:
+            text.append(f"{row.name} ({row.address}): {row.state}", style="bold")
+            if row.versions != "-":
+                text.append(f"   {row.versions}")
+            if row.error:
+                text.append(f"\n{row.error}", style="red")
+        self.query_one("#fleet-details", Static).update(text)
 
     def _update(self, name: str, **changes: Any) -> None:
         self.fleet.rows[name] = replace(self.fleet.rows[name], **changes)

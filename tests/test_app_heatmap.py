@@ -85,3 +85,15 @@ def test_transfer_metric_follows_the_workload():
     large = metric_matrix(f, Workload(8, 8, 1.0, 0.1), "transfer")
     assert large[0, 63] > small[0, 63]
     assert small[0, 63] == pytest.approx(f.alpha_ms[0, 63] / 1000 + 8 * 0.1 / f.beta_gbps[0, 63])
+
+
+def test_estimated_pairs_are_drawn_faded_and_said_so():
+    from screens.heatmap_view import ESTIMATED_OFFSET
+
+    f = worldwide_fabric()
+    est = [[False] * f.n for _ in range(f.n)]
+    est[0][9] = True
+    f.extras["estimated"] = est
+    lay = build_layout(f, DTFM_WORKLOAD, "alpha", f.devices, 200, 100)
+    assert lay.colour[0, 9] >= ESTIMATED_OFFSET
+    assert (lay.colour >= ESTIMATED_OFFSET).sum() == 1

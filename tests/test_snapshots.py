@@ -8,6 +8,8 @@ the reviewer's notes in each docstring against the new SVGs.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from app_support import demo_app, region_pipelines, with_solutions
 from textual.widgets import Input
@@ -106,6 +108,25 @@ class TestOthers:
         app = demo_app()
         with_solutions(app, region_pipelines(app.session))
         assert snap_compare(app, press=["6"], terminal_size=SIZE, run_before=steady)
+
+    def test_fleet_failing_host(self, snap_compare, tmp_path, monkeypatch):
+        """An inventory of one host whose SSH port refuses: after c, its state is 'failed'
+        and the last-error column reads 'dead-1: cannot connect to 127.0.0.1:1: ...'; the line
+        under the table repeats the selected host's whole error in red."""
+        monkeypatch.chdir(tmp_path)  # the summary names the inventory: keep the path fixed
+        Path("hosts.toml").write_text('[[hosts]]\nname = "dead-1"\naddress = "127.0.0.1"\nport = 1\nuser = "nobody"\n')
+        app = demo_app(inventory="hosts.toml")
+        app.session.known_hosts = "known_hosts"
+
+        async def connect(pilot) -> None:
+            await pilot.press("c")
+            for _ in range(200):
+                if pilot.app.screen.fleet.rows["dead-1"].state == "failed":
+                    break
+                await pilot.pause(0.05)
+            await steady(pilot)
+
+        assert snap_compare(app, terminal_size=(140, 12), run_before=connect)
 
     def test_fleet_demo(self, snap_compare):
         """The demo's 64 hosts, state 'demo', 1 GPU each, regions in the labels column."""
