@@ -21,7 +21,8 @@ JSON_OUT = typer.Option(False, "--json", help="Print one JSON document instead o
 
 labels_app = typer.Typer(
     name="labels",
-    help="Locality labels: show them, suggest network groups from the measurement, fill unmeasured pairs.",
+    help="Locality labels: show and set them, suggest network groups from the measurement, "
+         "fill unmeasured pairs.",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,
@@ -209,8 +210,8 @@ def set_labels(
     zone: Optional[str] = typer.Option(None, "--zone", help="Zone; '' clears it."),
     network_group: Optional[str] = typer.Option(None, "--network-group", help="Network group; '' clears it."),
 ) -> None:
-    """Set labels as the operator (source ``operator``) on whole hosts (replacing
-    per-GPU values) or, with --gpu, on one GPU of them."""
+    """Set labels as the operator (source: operator) on whole hosts, replacing
+    per-GPU values, or with --gpu on one GPU of them."""
     from geoconsole.labels import LabelSet, validate_label
 
     fabric = _load(matrix)
