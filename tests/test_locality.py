@@ -173,3 +173,17 @@ def test_solver_modules_stay_pure():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_seed_orders_on_partly_measured_and_unlabelled_fabrics():
+    f = worldwide_fabric(4)
+    a, b = f.alpha_ms.copy(), f.beta_gbps.copy()
+    a[0, 5] = a[5, 0] = b[0, 5] = b[5, 0] = np.nan
+    holed = Fabric(a, b, f.labels, f.devices)
+    for order in seed_orders_for(holed):
+        assert sorted(order) == list(range(32))
+    bare = Fabric(f.alpha_ms, f.beta_gbps, f.labels)
+    orders = seed_orders_for(bare)
+    assert orders[0] == list(range(32))  # no labels: the identity, then the measured order
+    regions = [f.devices[i].region for i in orders[1]]
+    assert sum(regions[k] != regions[k - 1] for k in range(1, 32)) == 7
