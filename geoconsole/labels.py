@@ -18,7 +18,8 @@ editor, the inventory and the ``labels`` commands all go through it.
 
 The fabric JSON keeps the values on its ``devices``; the sources travel in
 ``meta["label_sources"]``, keyed by device name (``host:gpu``), so a subset of the fabric
-keeps them right. The console session stores ``LabelSet.to_json()``.
+keeps them right; a saved console session holds the labelled fabric, so the sources
+travel with it. ``LabelSet.to_json()`` is the stand-alone form.
 """
 
 from __future__ import annotations
