@@ -123,15 +123,16 @@ class SolveScreen(ConsoleScreen):
                 yield Histogram(id="solve-histogram")
         yield Footer()
 
-    def on_mount(self) -> None:
-        super().on_mount()
-        self.query_one(WorkloadForm).fill(self.session.workload)
-
     def show_session(self) -> None:
-        if not self.running:
-            sol = self.session.current
-            if sol is not None:
-                self._show_solution(sol)
+        if self.running:
+            return
+        if self.session.workload is not getattr(self, "_filled", None):
+            # A new session (or a sweep) brought its own workload: show it in the form.
+            self._filled = self.session.workload
+            self.query_one(WorkloadForm).fill(self.session.workload)
+        sol = self.session.current
+        if sol is not None:
+            self._show_solution(sol)
 
     # -- actions -----------------------------------------------------------------
     def on_button_pressed(self, event: Button.Pressed) -> None:
@@ -160,7 +161,7 @@ class SolveScreen(ConsoleScreen):
             error.update(" ".join(str(exc).split()))
             return
         error.update("")
-        self.session.workload = options.workload
+        self.session.workload = self._filled = options.workload
         self._cancel.clear()
         self._set_running(True)
         self.history = []

@@ -160,3 +160,31 @@ async def test_abort_stops_every_rank(emulated_fleet):
         await wait_until(lambda: screen.result is not None, 60)
         assert screen.result.aborted
         await wait_until(lambda: not any(marker in cmd for h in f.hosts for _pid, cmd in f.processes(h.name)), 30)
+
+
+async def test_cancelled_sweep_keeps_what_was_measured(emulated_fleet):
+    f = emulated_fleet
+    app = demo_app(inventory=f.inventory_path)
+    app.session.known_hosts = str(f.known_hosts_path)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2", "s")
+        screen = app.screen
+        heatmap = screen.query_one(Heatmap)
+
+        def some_measured() -> bool:
+            fab = heatmap.fabric
+            return fab is not None and bool(np.isfinite(fab.alpha_ms[~np.eye(fab.n, dtype=bool)]).any())
+
+        await wait_until(some_measured, 240)
+
+        def workers() -> list:
+            return [cmd for h in f.hosts for _pid, cmd in f.processes(h.name) if "worker" in cmd and "geoconsole" in cmd]
+
+        assert workers(), "expected the sweep's probe workers to be running"
+        await pilot.press("x")
+        await wait_until(lambda: screen.sweep is None, 120)
+        await pilot.pause()
+        assert "sweep cancelled" in str(screen.query_one("#sweep-status").render())
+        fabric = app.session.fabric
+        assert fabric is not None and fabric.missing_pairs()  # partial, unmeasured pairs stay null
+        await wait_until(lambda: not workers(), 30)  # no probe worker left behind
