@@ -259,17 +259,18 @@ class Heatmap(Widget, can_focus=True):
 
     @property
     def gutter(self) -> int:
-        if self.layout_ is None:
+        """Columns left of the map: the longest group name (at most 14), a space, ▶."""
+        if self.fabric is None:
             return 0
-        return min(14, max((len(g) for g, _, _ in self.layout_.groups), default=0)) + 2
+        names = (group_key(d, lab) for d, lab in zip(self.devices, self.fabric.labels))
+        return min(14, max((len(g) for g in names), default=0)) + 2
 
     def _relayout(self) -> None:
         if self.fabric is None or self.workload is None or not self.size.width:
             self.layout_ = None
             self.refresh()
             return
-        label_w = min(14, max((len(group_key(d, lab)) for d, lab in zip(self.devices, self.fabric.labels)), default=0)) + 2
-        width = max(self.size.width - label_w, 1)
+        width = max(self.size.width - self.gutter, 1)
         height = max(self.size.height - HEADER_LINES, 1)
         self.layout_ = build_layout(self.fabric, self.workload, self.metric, self.devices, width, height)
         k = self.layout_.k

@@ -58,7 +58,13 @@ class WorkloadForm(Vertical):
                 yield Label(label)
                 yield Input(placeholder=placeholder, id=f"form-{key}", compact=True)
 
-    def fill(self, workload: Workload, seed: int = 0, restarts: int = 4) -> None:
+    def fill(self, workload: Workload, seed: int = 0, restarts: int | None = None) -> None:
+        if restarts is None:  # the solver's own default, so the form and the CLI agree
+            import inspect
+
+            from solver.search import solve
+
+            restarts = inspect.signature(solve).parameters["restarts"].default
         values = {**workload.to_json(), "seed": seed, "budget": "", "time_limit": "", "restarts": restarts}
         for key, _label, _ in FIELDS:
             self.query_one(f"#form-{key}", Input).value = f"{values[key]:g}" if isinstance(values[key], float) else str(values[key])
