@@ -258,7 +258,7 @@ class Heatmap(Widget, can_focus=True):
         self._relayout()
 
     @property
-    def gutter(self) -> int:
+    def label_width(self) -> int:
         """Columns left of the map: the longest group name (at most 14), a space, ▶."""
         if self.fabric is None:
             return 0
@@ -270,7 +270,7 @@ class Heatmap(Widget, can_focus=True):
             self.layout_ = None
             self.refresh()
             return
-        width = max(self.size.width - self.gutter, 1)
+        width = max(self.size.width - self.label_width, 1)
         height = max(self.size.height - HEADER_LINES, 1)
         self.layout_ = build_layout(self.fabric, self.workload, self.metric, self.devices, width, height)
         k = self.layout_.k
@@ -300,7 +300,10 @@ class Heatmap(Widget, can_focus=True):
         lay = self.layout_
         if lay is None:
             return
-        x, y = event.x - self.gutter, event.y - HEADER_LINES
+        offset = event.get_content_offset(self)  # relative to the content, inside padding
+        if offset is None:
+            return
+        x, y = offset.x - self.label_width, offset.y - HEADER_LINES
         if x < 0 or y < 0:
             return
         r, c = (2 * y) // lay.cell, x // lay.cell
@@ -330,7 +333,7 @@ class Heatmap(Widget, can_focus=True):
         lay = self.layout_
         if lay is None:
             return Strip([Segment("no fabric yet: run a sweep from the fleet" if y == 0 else "")])
-        gutter = self.gutter
+        gutter = self.label_width
         if y < HEADER_LINES:
             return Strip(self._header(y, gutter, lay))
         h0 = 2 * (y - HEADER_LINES)

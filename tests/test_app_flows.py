@@ -324,3 +324,39 @@ async def test_quitting_during_a_solve_stops_the_solver():
         app.simulate_key("q")
         await wait_until(pilot, lambda: not app.is_running, timeout=10)
     assert time.monotonic() - started < 15
+
+
+async def test_a_loaded_rank_map_is_compared_and_a_bad_one_refused(tmp_path):
+    app = demo_app()
+    with_solutions(app, region_pipelines(app.session))
+    good = tmp_path / "other.txt"
+    good.write_text("rank_map=(" + ",".join(str(r) for r in reversed(range(64))) + ")\n")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"rank_map": [0, 0, 1]}')
+    async with app.run_test(size=(180, 45)) as pilot:
+        await pilot.press("5", "o")
+        await pilot.pause()
+        app.screen.query_one(Input).value = str(bad)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert any("rank_map: must be a permutation of 0..63" in n.message for n in app._notifications)
+        await pilot.press("o")
+        await pilot.pause()
+        app.screen.query_one(Input).value = str(good)
+        await pilot.press("enter")
+        await pilot.pause()
+        other = app.screen.query_one("#rankmap-other")
+        assert other.display and other.content.title.startswith("loaded other.txt (Comm ")
+
+
+async def test_clicking_a_heatmap_cell_moves_the_cursor():
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        heatmap = app.screen.query_one(Heatmap)
+        # Offsets count from the widget's edge: 1 column of padding, then the labels; two
+        # header lines, then 2 rows per line (a click picks the upper one): line 3 = row 6.
+        await pilot.click(Heatmap, offset=(1 + heatmap.label_width + 10, 2 + 3))
+        await pilot.pause()
+        assert heatmap.cursor == (6, 10)
+        assert "oregon-6:0" in text_of(app.screen.query_one("#pair-details"))
