@@ -64,7 +64,9 @@ class WorkloadForm(Vertical):
 
             from solver.search import solve
 
-            restarts = inspect.signature(solve).parameters["restarts"].default
+            param = inspect.signature(solve).parameters.get("restarts")
+            found = param is not None and param.default is not inspect.Parameter.empty
+            restarts = param.default if found else 4
         values = {**workload.to_json(), "seed": seed, "budget": "", "time_limit": "", "restarts": restarts}
         for key, _label, _ in FIELDS:
             self.query_one(f"#form-{key}", Input).value = f"{values[key]:g}" if isinstance(values[key], float) else str(values[key])
