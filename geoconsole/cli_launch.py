@@ -185,7 +185,13 @@ async def _connect(inv, names, known_hosts: str, accept_new: bool):
 
 async def _launch(fabric, ranks, hosts, inv, command, opts, abort_on_failure, grace,
                   known_hosts, accept_new, as_json):
-    from geoconsole.launch_run import default_sink, resolve_interfaces, run_plan
+    from geoconsole.launch_run import (
+        close_sessions,
+        default_sink,
+        rank_sessions,
+        resolve_interfaces,
+        run_plan,
+    )
     from probes.ssh import SSHError
 
     names = {d.host for d in fabric.devices}
@@ -202,7 +208,15 @@ async def _launch(fabric, ranks, hosts, inv, command, opts, abort_on_failure, gr
         if as_json:  # keep stdout for the JSON document
             def sink(p, stream, line):
                 print(f"[rank {p.rank} {p.host}] {line}", file=sys.stderr, flush=True)
-        result = await run_plan(plan, sessions, abort_on_failure=abort_on_failure, sink=sink, grace_s=grace)
+        by_name = {h.name: h for h in inv.hosts}
+        try:
+            channels = await rank_sessions(pool, by_name, plan)
+        except SSHError as exc:
+            raise UserError(str(exc), ExitCode.REMOTE) from None
+        try:
+            result = await run_plan(plan, channels, abort_on_failure=abort_on_failure, sink=sink, grace_s=grace)
+        finally:
+            close_sessions(channels)
         return result, plan
     finally:
         await pool.close()

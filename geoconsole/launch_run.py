@@ -28,6 +28,9 @@ from geoconsole.launch_plan import LaunchPlan, Process
 
 #: Seconds between SIGTERM and SIGKILL when a rank is stopped.
 DEFAULT_GRACE_S = 5.0
+#: Ranks per SSH connection: each rank holds one channel, and sshd's default MaxSessions
+#: is 10, so a host with more GPUs gets one more connection per 8 ranks.
+RANKS_PER_CONNECTION = 8
 
 SUPERVISOR = r"""
 import ctypes, os, signal, subprocess, sys, threading, time
@@ -41,7 +44,7 @@ child = subprocess.Popen(["/bin/sh", "-c", cmd], stdin=subprocess.DEVNULL, start
 sys.stderr.write("@@geoconsole-supervisor pid=%d pgid=%d\n" % (me, child.pid))
 sys.stderr.flush()
 def tree():
-    kids = {}
+    kids, zombies = {}, set()
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -50,31 +53,33 @@ def tree():
             f = s[s.rindex(")") + 2:].split()
         except (OSError, ValueError):
             continue
-        if f[0] != "Z":
-            kids.setdefault(int(f[1]), []).append(int(d))
+        kids.setdefault(int(f[1]), []).append(int(d))
+        if f[0] == "Z":
+            zombies.add(int(d))
     out, todo = [], [me]
     while todo:
         for c in kids.get(todo.pop(), []):
-            out.append(c)
             todo.append(c)
+            if c not in zombies:
+                out.append(c)
     return out
 lock = threading.Lock()
 def stop(*_):
+    # Runs until the supervisor exits (when no child is left to wait for): a process
+    # forked while the tree was read, or reparented after it, is found on a later pass.
     if not lock.acquire(False):
         return
     end = time.monotonic() + grace
-    sig = signal.SIGTERM
+    termed = set()
     while True:
-        pids = tree()
-        if not pids:
-            return
-        if time.monotonic() > end:
-            sig = signal.SIGKILL
-        for p in pids:
-            try:
-                os.kill(p, sig)
-            except OSError:
-                pass
+        late = time.monotonic() > end
+        for p in tree():
+            if late or p not in termed:
+                try:
+                    os.kill(p, signal.SIGKILL if late else signal.SIGTERM)
+                except OSError:
+                    pass
+                termed.add(p)
         time.sleep(0.1)
 def watch():
     while sys.stdin.buffer.read1(65536):
@@ -189,6 +194,38 @@ async def resolve_interfaces(
     return dict(await asyncio.gather(*(one(h) for h in todo)))
 
 
+def _session_for(sessions: Mapping[str, Any], p: Process) -> Any:
+    s = sessions[p.host]
+    if isinstance(s, (list, tuple)):
+        return s[min(p.local_index // RANKS_PER_CONNECTION, len(s) - 1)]
+    return s
+
+
+async def rank_sessions(pool: Any, ssh_hosts: Mapping[str, Any], plan: LaunchPlan) -> dict[str, list[Any]]:
+    """Sessions for :func:`run_plan`: the pool's session per host, plus one more
+    connection for every further :data:`RANKS_PER_CONNECTION` ranks on that host.
+
+    The extra connections are not the pool's: close them with :func:`close_sessions`.
+    """
+    from probes.ssh import HostSession
+
+    out: dict[str, list[Any]] = {}
+    for name, procs in plan.by_host().items():
+        host = ssh_hosts[name]
+        need = -(-len(procs) // RANKS_PER_CONNECTION)
+        out[name] = [await pool.session(host)]
+        for _ in range(need - 1):
+            out[name].append(HostSession(pool, host, await pool.connect(host)))
+    return out
+
+
+def close_sessions(sessions: Mapping[str, list[Any]]) -> None:
+    """Close the extra connections :func:`rank_sessions` opened (the pool closes the rest)."""
+    for group in sessions.values():
+        for s in group[1:]:
+            s.close()
+
+
 async def _pump(stream, p: Process, name: str, sink: LineSink, outcome: RankOutcome) -> None:
     while True:
         line = await stream.readline()
@@ -214,7 +251,8 @@ async def run_plan(
 ) -> LaunchResult:
     """Start every rank of ``plan`` at once and wait for all of them.
 
-    ``sessions`` maps host name to a ``probes.ssh.HostSession``. With
+    ``sessions`` maps host name to a ``probes.ssh.HostSession`` (or to a list of them
+    from :func:`rank_sessions`, for hosts with more ranks than one connection holds). With
     ``abort_on_failure``, the first rank that exits non-zero stops every other rank.
     Cancelling the task (Ctrl-C under ``asyncio.run``) stops every rank and returns the
     result with ``interrupted`` set, so the caller can still record the launch.
@@ -228,7 +266,7 @@ async def run_plan(
 
     async def start(i: int, p: Process) -> None:
         try:
-            procs[i] = await sessions[p.host].start(supervised_argv(plan, p, grace_s))
+            procs[i] = await _session_for(sessions, p).start(supervised_argv(plan, p, grace_s))
         except Exception as exc:  # SSHError, asyncssh.Error, OSError: report, then abort all
             outcomes[i].error = f"cannot start: {exc}"
             first_failure.set()

@@ -95,12 +95,10 @@ class Comm:
         self.torch.cuda.synchronize()
 
     def close(self):
-        """Barrier, then join the library's threads (gloo aborts at exit otherwise)."""
+        """Final barrier. The caller then leaves with ``os._exit``: tearing down gloo pairs
+        and the store in destructors while a peer still finishes the barrier can make that
+        peer abort at exit, which would turn a finished measurement into a failed rank."""
         self.barrier()
-        if self.backend == "gloo":
-            self.pg.shutdown()
-        else:
-            self.dist.destroy_process_group()
 
     def barrier(self):
         if self.backend == "gloo":
@@ -175,4 +173,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -183,3 +183,44 @@ def test_plan_for_one_host_uses_loopback(rank_map):
     plan = build_plan(rank_map, [Device("a", 0), Device("a", 1)], [LaunchHost("a", "10.0.0.1")],
                       ["t.py"], backend="gloo")
     assert asyncio.run(resolve_interfaces(plan, {"a": _LocalSession()})) == {"a": "lo"}
+
+
+async def test_hosts_with_many_ranks_spread_over_several_connections():
+    from geoconsole.launch_run import RANKS_PER_CONNECTION, close_sessions, rank_sessions
+
+    class Pool:
+        def __init__(self):
+            self.connects = 0
+
+        async def session(self, host):
+            return ("pool", host.name)
+
+        async def connect(self, host):
+            self.connects += 1
+            return object()
+
+    n = 2 * RANKS_PER_CONNECTION + 1  # 17 GPUs on one host, 1 on another
+    devices = [Device("big", g) for g in range(n)] + [Device("small", 0)]
+    hosts = [LaunchHost("big", "10.0.0.1"), LaunchHost("small", "10.0.0.2")]
+    plan = build_plan(list(range(n + 1)), devices, hosts, ["t.py"])
+    pool = Pool()
+    sessions = await rank_sessions(pool, {h.name: h for h in hosts}, plan)
+    assert len(sessions["big"]) == 3 and len(sessions["small"]) == 1 and pool.connects == 2
+
+    started: dict[int, object] = {}
+
+    class Recorder:
+        def __init__(self, tag):
+            self.tag = tag
+
+        async def start(self, argv):
+            rank = int(argv[4].split("--node-rank=")[1].split()[0])
+            started[rank] = self.tag
+            raise OSError("not really starting")
+
+    fake = {"big": [Recorder(0), Recorder(1), Recorder(2)], "small": [Recorder("s")]}
+    result = await run_plan(plan, fake, sink=lambda *a: None)
+    assert not result.ok and all(o.error.startswith("cannot start") for o in result.outcomes)
+    per_connection = [sum(1 for r, t in started.items() if t == k) for k in (0, 1, 2)]
+    assert per_connection == [RANKS_PER_CONNECTION, RANKS_PER_CONNECTION, 1]
+    close_sessions({"big": [sessions["big"][0]]})  # nothing extra to close: no error
