@@ -314,20 +314,29 @@ def validate_cmd(
     async def go():
         from probes.ssh import SSHError
 
-        pool, sessions = await _connect(inv, {d.host for d in fabric.devices}, known_hosts, accept_new)
+        from collections import Counter
+
+        from geoconsole.launch_run import close_sessions, sessions_for_counts
+
+        pool, _first = await _connect(inv, {d.host for d in fabric.devices}, known_hosts, accept_new)
+        sessions: dict = {}
         try:
             from geoconsole.validate import run_validation
+
+            counts = Counter(d.host for d in fabric.devices)
+            sessions = await sessions_for_counts(pool, {h.name: h for h in inv.hosts}, counts)
 
             return await run_validation(
                 fabric, workload, hosts, sessions, scale=scale, steps=steps, warmup=warmup,
                 seed=seed, random_maps=random_maps, solution=solution, backend=backend,
                 port=port, timeout_s=timeout, progress=lambda m: typer.echo(m, err=True),
             )
-        except SSHError as exc:
+        except (SSHError, RuntimeError) as exc:  # RuntimeError: no route found on a host
             raise UserError(str(exc), ExitCode.REMOTE) from None
         except ValueError as exc:
             raise UserError(str(exc)) from None
         finally:
+            close_sessions(sessions)
             await pool.close()
 
     report, notes = asyncio.run(go())

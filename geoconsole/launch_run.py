@@ -184,7 +184,7 @@ async def resolve_interfaces(
         if not peers:
             return host, "lo"
         target = addresses[plan.master_host] if host != plan.master_host else addresses[peers[0]]
-        result = await sessions[host].run(["ip", "-o", "route", "get", target], timeout=timeout)
+        result = await primary(sessions[host]).run(["ip", "-o", "route", "get", target], timeout=timeout)
         m = _ROUTE_DEV.search(result.stdout)
         if not result.ok or not m:
             tail = (result.stderr.strip().splitlines() or ["no route"])[-1]
@@ -192,6 +192,11 @@ async def resolve_interfaces(
         return host, m.group(1)
 
     return dict(await asyncio.gather(*(one(h) for h in todo)))
+
+
+def primary(session: Any) -> Any:
+    """The host's first session, whether given alone or as :func:`rank_sessions`' list."""
+    return session[0] if isinstance(session, (list, tuple)) else session
 
 
 def _session_for(sessions: Mapping[str, Any], p: Process) -> Any:
@@ -207,12 +212,17 @@ async def rank_sessions(pool: Any, ssh_hosts: Mapping[str, Any], plan: LaunchPla
 
     The extra connections are not the pool's: close them with :func:`close_sessions`.
     """
+    return await sessions_for_counts(pool, ssh_hosts, {h: len(ps) for h, ps in plan.by_host().items()})
+
+
+async def sessions_for_counts(pool: Any, ssh_hosts: Mapping[str, Any], counts: Mapping[str, int]) -> dict[str, list[Any]]:
+    """Like :func:`rank_sessions`, from the number of ranks per host name."""
     from probes.ssh import HostSession
 
     out: dict[str, list[Any]] = {}
-    for name, procs in plan.by_host().items():
+    for name, count in counts.items():
         host = ssh_hosts[name]
-        need = -(-len(procs) // RANKS_PER_CONNECTION)
+        need = max(1, -(-count // RANKS_PER_CONNECTION))
         out[name] = [await pool.session(host)]
         for _ in range(need - 1):
             out[name].append(HostSession(pool, host, await pool.connect(host)))

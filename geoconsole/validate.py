@@ -208,11 +208,15 @@ async def run_validation(
     solve_kwargs: Mapping[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[ValidationReport, list[str]]:
-    """Measure every chosen placement on the fleet; returns the report and notes."""
+    """Measure every chosen placement on the fleet; returns the report and notes.
+
+    ``sessions`` maps host name to a session, or to a list of them
+    (``launch_run.sessions_for_counts``) for hosts with more than 8 devices.
+    """
     import asyncio
 
     from geoconsole.launch_plan import default_backend
-    from geoconsole.launch_run import resolve_interfaces, run_plan
+    from geoconsole.launch_run import primary, resolve_interfaces, run_plan
     from solver.cost import CostModel
 
     say = progress or (lambda _m: None)
@@ -226,7 +230,7 @@ async def run_validation(
         raise ValueError(f"--backend {backend!r}: validate runs on gloo or nccl")
     text, remote = worker_text()
     used = sorted({d.host for d in fabric.devices})
-    await asyncio.gather(*(sessions[h].write_file(remote, text) for h in used))
+    await asyncio.gather(*(primary(sessions[h]).write_file(remote, text) for h in used))
     command = worker_command(remote, measured_w, steps=steps, warmup=warmup,
                              backend=backend, timeout_s=timeout_s)
     interfaces: dict[str, str] = {}
