@@ -197,3 +197,20 @@ def test_cli_validate_reports_model_beside_measurement(emulated_fleet, tmp_path)
         assert p["measured_median_s"] > 0 and p["model_s"] > 0 and len(p["steps_s"]) == 2
     assert doc["warning"] is None
     assert json.loads(record.read_text().splitlines()[-1])["kind"] == "validate"
+
+
+@pytest.mark.fleet
+def test_cli_launch_refuses_unknown_host_keys_with_exit_3(emulated_fleet, tmp_path):
+    fleet = emulated_fleet
+    matrix = _fleet_fabric_file(fleet, tmp_path)
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    proc = subprocess.run(
+        _cli(fleet, "launch", "-m", str(matrix), "-i", str(fleet.inventory_path), "-r", "0,1,2,3",
+             "--known-hosts", str(empty), "--", "t.py"),
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent.parent,
+    )
+    assert proc.returncode == 3, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: h") and "not in" in lines[0]
+    assert "Traceback" not in proc.stderr and empty.read_text() == ""
