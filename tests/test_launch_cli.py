@@ -95,15 +95,18 @@ def test_export_unknown_format(fabric):
     assert r.exit_code == 2 and "--format 'pbs'" in r.output
 
 
-def test_export_never_imports_asyncssh(fabric):
+@pytest.mark.parametrize("args", [["export", "--format", "slurm"], ["launch", "--dry-run", "--", "t.py"]])
+def test_export_and_dry_run_never_import_asyncssh(fabric, args):
     code = (
-        "import sys; from geoconsole.cli import app\n"
-        "try:\n app(['--headless','export','-m',sys.argv[1],'-r','1,0,3,2','--format','slurm'])\n"
-        "except SystemExit: pass\n"
-        "print('asyncssh' in sys.modules, 'textual' in sys.modules, file=sys.stderr)"
+        "import sys, json; from geoconsole.cli import app\n"
+        "try:\n app(['--headless', *json.loads(sys.argv[2])[:1], '-m', sys.argv[1], '-r', '1,0,3,2',"
+        " *json.loads(sys.argv[2])[1:]])\n"
+        "except SystemExit as e: assert not e.code, e.code\n"
+        "print('asyncssh' in sys.modules, 'textual' in sys.modules, 'torch' in sys.modules, file=sys.stderr)"
     )
-    proc = subprocess.run([sys.executable, "-c", code, str(fabric)], capture_output=True, text=True)
-    assert proc.stderr.strip().splitlines()[-1] == "False False", proc.stderr
+    proc = subprocess.run([sys.executable, "-c", code, str(fabric), json.dumps(args)],
+                          capture_output=True, text=True)
+    assert proc.stderr.strip().splitlines()[-1] == "False False False", proc.stderr
 
 
 # --- the real path on the emulated fleet -----------------------------------------------
