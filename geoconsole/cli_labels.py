@@ -57,21 +57,10 @@ def _devices(fabric: Fabric):
 
 
 def torch_versions_of(fabric: Fabric) -> list[str | None] | None:
-    """Torch version per row from the fabric's meta, or None when it does not say.
+    """Torch version per row as a probe sweep recorded it (solver.selection)."""
+    from solver.selection import torch_versions_of as from_meta
 
-    Reads ``meta["hosts"][host]["torch"]`` (per host, as discovery records it) or a
-    single ``meta["torch"]`` for the whole fabric (then all rows share it).
-    """
-    hosts = fabric.meta.get("hosts")
-    if isinstance(hosts, dict) and fabric.devices is not None:
-        out = []
-        for d in fabric.devices:
-            info = hosts.get(d.host)
-            v = info.get("torch") if isinstance(info, dict) else None
-            out.append(str(v) if v is not None else None)
-        if any(v is not None for v in out):
-            return out
-    return None
+    return from_meta(fabric)
 
 
 # -- labels show ---------------------------------------------------------------------

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from solver.estimate import measured_mask
 from solver.fabric import Device, Fabric
 from solver.suggest import REFERENCE_PAYLOAD_GB, leaf_order
 
@@ -94,9 +95,11 @@ def chained_label_order(fabric: Fabric) -> list[int]:
 def seed_orders_for(fabric: Fabric, measured: np.ndarray | None = None) -> list[list[int]]:
     """Distinct topology-derived orderings of the rows (see the module text).
 
-    ``measured``: mask of trusted (measured, not estimated) entries for the measured
-    order; default every finite entry.
+    ``measured``: mask of trusted entries for the measured order; default: the
+    measured ones (finite and not marked estimated).
     """
+    if measured is None:
+        measured = measured_mask(fabric)
     candidates = [label_order(fabric), chained_label_order(fabric)]
     leaves = leaf_order(fabric, measured)
     if leaves is not None:

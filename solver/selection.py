@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from solver.devices import pick_devices
+from solver.estimate import links_from_meta
 from solver.fabric import Device, Fabric
 from solver.locality import LEVELS, describe_group, location_key, location_name
 
@@ -98,6 +99,19 @@ def fabric_devices(fabric: Fabric) -> tuple[Device, ...]:
     return tuple(Device(host=f"#{i}") for i in range(fabric.n))
 
 
+def torch_versions_of(fabric: Fabric) -> list[str | None] | None:
+    """Torch version per row from ``meta["hosts"][host]["torch"]``; None when not recorded."""
+    hosts = fabric.meta.get("hosts")
+    if not isinstance(hosts, dict) or fabric.devices is None:
+        return None
+    out = []
+    for d in fabric.devices:
+        info = hosts.get(d.host)
+        v = info.get("torch") if isinstance(info, dict) else None
+        out.append(None if v is None else str(v))
+    return out if any(v is not None for v in out) else None
+
+
 def _matches_regions(d: Device, wanted: frozenset[str]) -> bool:
     return (d.region is not None and d.region in wanted) or (d.zone is not None and d.zone in wanted)
 
@@ -133,10 +147,12 @@ def select_devices(
         Keep only devices whose region or zone is listed.
     torch_versions : sequence, optional
         Torch version per row (``None`` = unknown, a version of its own); all chosen
-        rows share one. Default: all the same.
+        rows share one. Default: what a probe sweep recorded in
+        ``meta["hosts"][host]["torch"]``, else all the same.
     links : mapping, optional
         Host -> its ``topo -m`` link classes. When only some GPUs of a host are
-        needed, pick_devices chooses them (else the lowest GPU indices).
+        needed, pick_devices chooses them (else the lowest GPU indices). Default:
+        ``meta["hosts"][host]["links"]`` when recorded.
 
     Raises
     ------
@@ -156,7 +172,11 @@ def select_devices(
         raise ValueError(f"workload size: must be a whole number >= 1, got {k!r}")
     if policy not in POLICIES:
         raise ValueError(f"group_locality: expected one of {', '.join(POLICIES)}, got {policy!r}")
-    versions = list(torch_versions) if torch_versions is not None else [None] * n
+    if torch_versions is None:
+        torch_versions = torch_versions_of(fabric) or [None] * n
+    if links is None:
+        links = links_from_meta(fabric)
+    versions = list(torch_versions)
     if len(versions) != n:
         raise ValueError(f"torch_versions: {len(versions)} entries for {n} devices")
 

@@ -32,6 +32,7 @@ import numpy as np
 from scipy.cluster.hierarchy import fcluster, leaves_list, linkage
 from scipy.spatial.distance import squareform
 
+from solver.estimate import measured_mask
 from solver.fabric import Fabric
 
 #: Reference message for the clustering distance: 0.1 GB in one message weighs latency
@@ -213,9 +214,11 @@ def suggest_network_groups(
 ) -> Suggestions:
     """Cluster the measured fabric and suggest network groups (see the module text).
 
-    ``measured``: directional mask of measured (not estimated) entries; pass
-    ``solver.estimate.measured_mask(fabric)`` for a fabric with estimates in it.
+    ``measured``: directional mask of trusted entries; default: the measured ones
+    (finite and not marked estimated in the fabric's ``estimated`` extra).
     """
+    if measured is None:
+        measured = measured_mask(fabric)
     if min_gap <= 1.0:
         raise ValueError(f"min_gap: must be > 1 (a ratio of transfer times), got {min_gap!r}")
     current = [None if fabric.devices is None else d.network_group for d in (fabric.devices or [None] * fabric.n)]

@@ -310,3 +310,16 @@ def test_a_host_giving_part_of_its_gpus_gives_the_best_linked_ones():
     assert [devices[i].gpu for i in sel.rows] == [4, 5, 6, 7] and sel.summary == "same host dgx"
     reasons = dict(sel.left_out)
     assert reasons[0] == "not needed: the group took 4 of 7 devices in zone eu-b"
+
+
+def test_torch_versions_and_links_default_to_the_probe_meta():
+    from test_pick_devices import DGX1
+
+    devices = [Device("dgx", g, "eu", "eu-b") for g in range(1, 8)] + [Device("x", 0, "eu", "eu-b")]
+    f = fabric_of(devices)
+    f.meta["hosts"] = {"dgx": {"torch": "2.4.1", "links": DGX1}, "x": {"torch": "2.3.0"}}
+    sel = select_devices(f, 4, "zone")
+    assert [devices[i].gpu for i in sel.rows] == [4, 5, 6, 7]
+    assert dict(sel.left_out)[7] == "torch 2.3.0; the group runs torch 2.4.1"
+    # Passing versions explicitly overrides the meta.
+    assert 7 not in dict(select_devices(f, 8, "zone", torch_versions=["a"] * 8).left_out)

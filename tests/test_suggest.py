@@ -118,6 +118,7 @@ def test_estimated_pairs_do_not_shape_the_groups():
     g = Fabric(a, b, f.labels, f.devices, extras={"estimated": est.tolist()})
     s = suggest_network_groups(g, measured=measured_mask(g))
     assert same_partition(s.clusters, truth)
+    assert same_partition(suggest_network_groups(g).clusters, truth)  # the default mask
 
 
 def test_unmeasured_pairs_count_as_far_and_distances_are_ratios():
