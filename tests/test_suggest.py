@@ -110,15 +110,15 @@ def test_estimated_pairs_do_not_shape_the_groups():
     f, truth = planted(2, groups=3, labelled=False)
     a, b = f.alpha_ms.copy(), f.beta_gbps.copy()
     est = np.zeros((f.n, f.n), dtype=bool)
-    cross = np.nonzero(truth != truth[0])[0]
-    for j in cross:  # an estimate claims row 0 sits next to every other group
-        a[0, j] = a[j, 0] = 0.3
-        b[0, j] = b[j, 0] = 8.0
-        est[0, j] = est[j, 0] = True
+    across = (truth[:, None] == 0) & (truth[None, :] == 1)
+    across |= across.T
+    a[across], b[across] = 0.3, 8.0  # estimates claiming groups 0 and 1 are one group
+    est[across] = True
     g = Fabric(a, b, f.labels, f.devices, extras={"estimated": est.tolist()})
-    s = suggest_network_groups(g, measured=measured_mask(g))
-    assert same_partition(s.clusters, truth)
+    assert same_partition(suggest_network_groups(g, measured=measured_mask(g)).clusters, truth)
     assert same_partition(suggest_network_groups(g).clusters, truth)  # the default mask
+    trusting = suggest_network_groups(g, measured=np.isfinite(g.alpha_ms))
+    assert len(trusting.names) == 2  # taken at face value, the estimates merge two groups
 
 
 def test_unmeasured_pairs_count_as_far_and_distances_are_ratios():
