@@ -177,11 +177,12 @@ class LaunchScreen(ConsoleScreen):
                 log.write_line(f"[rank {p.rank} {p.host}{' err' if stream == 'stderr' else ''}] {line}")
 
             log.write_line("-- starting every rank")
-            self.result = await run_plan(plan, sessions, sink=sink)
+            result = await run_plan(plan, sessions, sink=sink)
         finally:
             self.running = False
             await pool.close()
-        self._show_result(self.result)
+        self._show_result(result)
+        self.result = result  # set last: watchers see the verdict already written
 
     def _show_result(self, result: Any) -> None:
         log = self.query_one(Log)

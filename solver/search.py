@@ -255,7 +255,7 @@ def solve(
         else:  # perturb the best with a few random swaps (iterated local search)
             grid = run.best.copy()
             flat = grid.ravel()
-            for _ in range(int(rng.integers(2, max(3, model.n // 8 + 1)))):
+            for _ in range(int(rng.integers(2, 3 + int(np.sqrt(model.n))))):
                 i, j = rng.choice(model.n, size=2, replace=False)
                 flat[i], flat[j] = flat[j], flat[i]
             name = f"restart {k + 1} (perturbed best)"

@@ -104,6 +104,7 @@ async def test_cancel_keeps_the_best_so_far_and_the_ui_stays_responsive():
         await pilot.press("4")
         screen = app.screen
         screen.query_one("#form-budget", Input).value = "500000000"
+        screen.query_one("#form-restarts", Input).value = "100000"  # long enough to cancel
         await pilot.press("ctrl+r")
         await wait_until(pilot, lambda: screen.query_one("#solve-status", Static).render().plain.startswith("best Comm"))
         started = time.monotonic()
@@ -297,6 +298,7 @@ async def test_key_press_is_handled_promptly_while_a_solve_runs():
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("2", "4")
         app.screen.query_one("#form-budget", Input).value = "500000000"
+        app.screen.query_one("#form-restarts", Input).value = "100000"  # long enough to cancel
         await pilot.press("ctrl+r")
         await asyncio.sleep(0.3)
         assert app.screen.running
@@ -319,6 +321,7 @@ async def test_quitting_during_a_solve_stops_the_solver():
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("4")
         app.screen.query_one("#form-budget", Input).value = "500000000"
+        app.screen.query_one("#form-restarts", Input).value = "100000"  # long enough to cancel
         await pilot.press("ctrl+r")
         await asyncio.sleep(0.3)
         app.simulate_key("q")
