@@ -229,6 +229,26 @@ class Session:
         self.fabric = labels.apply(self.fabric, keep_unset=False)
         return len(chosen)
 
+    def accept_suggested_groups(self) -> str:
+        """Cluster the measured fabric and accept its network groups (source "suggested").
+
+        An operator's label is never replaced. Returns a one-line summary.
+        """
+        from geoconsole.labels import apply_suggestions
+        from solver.suggest import suggest_network_groups
+
+        if self.fabric is None:
+            raise ValueError("no fabric to cluster")
+        found = suggest_network_groups(self.fabric)
+        if found.clusters is None:
+            return f"no network groups suggested: {found.reason}"
+        labels = self.labels.copy()
+        count, kept = apply_suggestions(labels, self.devices(), found.changes)
+        self.labels = labels
+        self.fabric = labels.apply(self.fabric, keep_unset=False)
+        note = f"; kept {len(kept)} operator label(s)" if kept else ""
+        return f"{len(found.names)} network group(s) suggested, {count} label(s) set{note}"
+
     # -- persistence -------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         return {

@@ -48,11 +48,13 @@ class LabelsScreen(ConsoleScreen):
         ("Mark host", "Mark every GPU of the cursor row's host (h)", "mark_host"),
         ("Unmark all", "Clear the marks (u)", "unmark"),
         ("Apply labels", "Set the form's labels on the marked rows", "apply"),
+        ("Suggest network groups", "Cluster the measurement and accept its network groups (g)", "suggest"),
     )
     BINDINGS = [
         Binding("space", "mark", "Mark row"),
         Binding("h", "mark_host", "Mark host"),
         Binding("u", "unmark", "Unmark all"),
+        Binding("g", "suggest", "Suggest groups"),
     ]
 
     def __init__(self) -> None:
@@ -150,6 +152,17 @@ class LabelsScreen(ConsoleScreen):
 
     def action_apply(self) -> None:
         self.apply()
+
+    def action_suggest(self) -> None:
+        """Accept the network groups the measurement suggests (operator labels are kept)."""
+        error = self.query_one("#labels-error", Static)
+        try:
+            summary = self.session.accept_suggested_groups()
+        except ValueError as exc:
+            error.update(" ".join(str(exc).split()))
+            return
+        error.update("")
+        self.post_message(SessionChanged(summary))
 
     def apply(self) -> None:
         """Apply the form to the marked rows (the cursor row if none is marked)."""

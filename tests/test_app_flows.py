@@ -150,6 +150,30 @@ async def test_label_edit_changes_locality_and_marks_the_solution_stale():
         assert "STALE" in text_of(app.screen.query_one("#rankmap-summary"))
 
 
+async def test_suggested_network_groups_follow_the_measurement_and_keep_operator_labels():
+    app = demo_app()
+    with_solutions(app, region_pipelines(app.session))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3", "space")  # the first row: an Oregon GPU
+        screen = app.screen
+        screen.query_one("#set-network_group", Input).value = "my-rack"
+        await pilot.click("#apply")
+        await pilot.pause()
+        screen.query_one("DataTable").focus()
+        await pilot.press("g")
+        await pilot.pause()
+        devices = app.session.devices()
+        groups = {}
+        for d in devices[1:]:
+            groups.setdefault(d.region, set()).add(d.network_group)
+        # one suggested group per region (the measurement's clusters), none unlabelled
+        assert all(len(g) == 1 and None not in g for g in groups.values())
+        assert len({next(iter(g)) for g in groups.values()}) == 8
+        assert devices[0].network_group == "my-rack"  # the operator's label is kept
+        assert app.session.labels.resolve(devices[1].host, devices[1].gpu)["network_group"].source == "suggested"
+        assert app.session.is_stale(app.session.current)
+
+
 async def test_invalid_label_is_refused_inline():
     app = demo_app()
     async with app.run_test(size=SIZE) as pilot:
