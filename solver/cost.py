@@ -157,6 +157,8 @@ class CostModel:
             return groups[0][:, None].copy(), True
         e, matchings = self.edge_matrix(groups)
         _, order, exact = best_path(e)
+        if order[0] > order[-1]:  # same cost either way; read from the lower group first
+            order = order[::-1]
         grid = np.empty((r, p), dtype=int)
         grid[:, 0] = groups[order[0]]
         slot = np.arange(r)  # position of each replica's device inside its current group
