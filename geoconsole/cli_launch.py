@@ -43,19 +43,44 @@ def _fabric(path: Path):
     return fabric
 
 
-def _rank_map(text: str, n: int) -> list[int]:
-    from geoconsole.cli_solve import parse_rank_map
-
-    source = "--rank-map"
+def _rank_map_text(text: str) -> tuple[str, str]:
+    """(text, source): ``text`` itself, or the file it names."""
     if not re.fullmatch(r"[\d,\s]+", text) and "rank_map=" not in text:
         path = Path(text)
         if not path.is_file():
             raise UserError(f"{text}: no such rank map file")
-        text, source = path.read_text(), str(path)
+        return path.read_text(), str(path)
+    return text, "--rank-map"
+
+
+def _rank_map(text: str, n: int) -> list[int]:
+    from geoconsole.cli_solve import parse_rank_map
+
+    text, source = _rank_map_text(text)
     ranks = parse_rank_map(text, source)
     if len(ranks) != n:
         raise UserError(f"{source}: {len(ranks)} ranks for {n} devices in the fabric")
     return ranks
+
+
+def _solution(text: str, fabric):
+    """(fabric, ranks). A solve --json output that selected a subset of the fabric's
+    devices (``selection.rows``) applies to those rows: the fabric is narrowed to them."""
+    import json
+
+    from geoconsole.cli_solve import parse_rank_map
+
+    body, source = _rank_map_text(text)
+    ranks = parse_rank_map(body, source)
+    if len(ranks) != fabric.n and body.lstrip().startswith("{"):
+        rows = (json.loads(body).get("selection") or {}).get("rows")
+        if isinstance(rows, list) and len(rows) == len(ranks) and all(
+            isinstance(r, int) and 0 <= r < fabric.n for r in rows
+        ):
+            fabric = fabric.subset(rows)
+    if len(ranks) != fabric.n:
+        raise UserError(f"{source}: {len(ranks)} ranks for {fabric.n} devices in the fabric")
+    return fabric, ranks
 
 
 def _inventory(path: Optional[Path]):
@@ -126,7 +151,7 @@ def launch_cmd(
     from geoconsole.launch_plan import describe
 
     fabric = _fabric(matrix)
-    ranks = _rank_map(rank_map, fabric.n)
+    fabric, ranks = _solution(rank_map, fabric)
     if not dry_run and inventory is None:
         raise UserError("--inventory: needed to reach the hosts (use --dry-run to only print the plan)")
     inv, hosts = _inventory(inventory)
@@ -245,7 +270,7 @@ def export_cmd(
     if fmt == "torchrun" and mode != "torchrun":
         raise UserError("--format torchrun: needs --mode torchrun")
     fabric = _fabric(matrix)
-    ranks = _rank_map(rank_map, fabric.n)
+    fabric, ranks = _solution(rank_map, fabric)
     _inv, hosts = _inventory(inventory)
     hosts = _hosts_for(fabric, hosts, False, inventory)
     if not command and fmt in ("torchrun", "json"):

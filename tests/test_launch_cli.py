@@ -217,3 +217,21 @@ def test_cli_launch_refuses_unknown_host_keys_with_exit_3(emulated_fleet, tmp_pa
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: h") and "not in" in lines[0]
     assert "Traceback" not in proc.stderr and empty.read_text() == ""
+
+
+def test_a_solution_over_selected_devices_launches_on_those_devices(tmp_path):
+    from geoconsole.demo_fabrics import worldwide_fabric
+
+    path = tmp_path / "ww.json"
+    worldwide_fabric().save(path)
+    solved = run("solve", "-m", str(path), "--pp", "2", "--dp", "2", "--c-pp", "0.5", "--c-dp", "0.6",
+                 "--regions", "Tokyo", "--baseline-samples", "0", "--json")
+    assert solved.exit_code == 0, solved.output
+    solution = tmp_path / "solution.json"
+    solution.write_text(solved.stdout)
+    rows = json.loads(solved.stdout)["selection"]["rows"]
+    r = run("launch", "-m", str(path), "-r", str(solution), "--dry-run", "--json", "--", "train.py")
+    assert r.exit_code == 0, r.output
+    hosts = {p["host"] for p in json.loads(r.stdout)["processes"]}
+    assert hosts == {worldwide_fabric().devices[i].host for i in rows}
+    assert all(h.startswith("tokyo-") for h in hosts)
