@@ -178,7 +178,7 @@ def solve_cmd(
     baseline_samples: int = typer.Option(200, "--baseline-samples", min=0, help="Random placements per baseline."),
     seed: int = typer.Option(0, "--seed", help="Random seed (same inputs + seed = same output)."),
     budget: Optional[int] = typer.Option(None, "--budget", min=0, help="Most swaps to score (default grows with N)."),
-    restarts: int = typer.Option(4, "--restarts", min=0, help="Perturbation restarts after the topology seeds."),
+    restarts: int = typer.Option(8, "--restarts", min=0, help="Perturbed and random restarts after the topology seeds."),
     time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.001, help="Wall-clock limit in seconds; best so far is kept."),
     as_json: bool = JSON_OUT,
     record: Optional[Path] = typer.Option(None, "--record", help="Append a run record (JSON line) to this file."),
@@ -329,7 +329,7 @@ def demo_cmd(
     for name, (make, workload) in DEMOS.items():
         fabric = make()
         model = _model(fabric, workload)
-        result = run_solve(model, seed=seed, budget=None, restarts=4, time_limit=None, progress=False)
+        result = run_solve(model, seed=seed, budget=None, restarts=8, time_limit=None, progress=False)
         docs[name] = solve_json(fabric, model, result, baselines_for(model, baseline_samples, seed),
                                 lower_bound(model))
         docs[name]["synthetic"] = bool(fabric.meta.get("synthetic"))

@@ -11,8 +11,10 @@ device is computed at once, touching only what a swap changes:
   ``S[d] - T_dp[d, a] + T_dp[d, b]`` and ``b``'s is ``sum_{d in col \\ a} T_dp[b, d]``;
   symmetrically for ``a`` entering ``b``'s column. The other columns' maximum comes from
   the top two of the remaining column values. O(N R).
-- Pipeline: at most four edges change (``s1 - 1``, ``s1``, ``s2 - 1``, ``s2``); each is
-  re-evaluated over all replicas with the swap applied, duplicates removed. O(N R).
+- Pipeline: at most four edges change (``s1 - 1``, ``s1``, ``s2 - 1``, ``s2``), and on
+  each only the links of replicas ``r1`` and ``r2`` change: the new edge value is the
+  larger of those two new links and the largest link of the other replicas (kept as the
+  top three links per edge). Duplicated edges are counted once. O(N) per edge.
 
 So one batch costs O(N R) array work instead of O(N^2 R) for N full re-scores; the best
 swap of the batch is applied when it lowers Comm. ``nfev`` counts scored swaps.

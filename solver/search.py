@@ -266,7 +266,8 @@ def solve(
         run.descend(grid, rng, name)
     score = model.score_grid(run.best)
     run.phase = "done"
-    run.report(force=True) if run.status != CANCELLED else None
+    if run.status != CANCELLED:  # a cancelling callback is not called again
+        run.report(force=True)
     return PlacementResult(
         x=rank_map_from_grid(run.best),
         fun=score.comm,
