@@ -31,6 +31,14 @@ def probe_args(fleet, inventory: Path, out: Path, events: Path, *extra: str) -> 
             "--known-hosts", str(fleet.known_hosts_path), "--ssh-config", str(out.parent / "no_config"), *extra]
 
 
+def start_probe(fleet, tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, Path, Path]:
+    """``geoconsole --headless probe`` on the fleet in the background: (process, fabric, events)."""
+    out, events = tmp_path / "fabric.json", tmp_path / "events.jsonl"
+    proc = subprocess.Popen(GEOCONSOLE + probe_args(fleet, fleet.inventory_path, out, events, *extra),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, out, events
+
+
 def read_events(path: Path) -> list[dict]:
     if not path.exists():
         return []
@@ -105,10 +113,7 @@ def test_probe_measures_every_link_at_its_tbf_rate(emulated_fleet, tmp_path):
 def test_sshd_stopped_mid_sweep_nulls_that_hosts_pairs_and_the_rest_completes(emulated_fleet, tmp_path):
     require_fleet()
     fleet = emulated_fleet
-    out, events = tmp_path / "fabric.json", tmp_path / "events.jsonl"
-    proc = subprocess.Popen(GEOCONSOLE + probe_args(fleet, fleet.inventory_path, out, events,
-                                                    "--pair-timeout", "30"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, out, events = start_probe(fleet, tmp_path, "--pair-timeout", "30")
     try:
         deadline = time.monotonic() + 120
         while not any(e["event"] == "RoundStarted" and e["index"] == 1 for e in read_events(events)):
@@ -148,9 +153,7 @@ def test_sshd_stopped_mid_sweep_nulls_that_hosts_pairs_and_the_rest_completes(em
 def test_ctrl_c_cancels_and_kills_every_remote_worker(emulated_fleet, tmp_path):
     require_fleet()
     fleet = emulated_fleet
-    out, events = tmp_path / "fabric.json", tmp_path / "events.jsonl"
-    proc = subprocess.Popen(GEOCONSOLE + probe_args(fleet, fleet.inventory_path, out, events),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, out, events = start_probe(fleet, tmp_path)
     try:
         deadline = time.monotonic() + 120
         while not any(e["event"] == "PairMeasured" for e in read_events(events)):
@@ -236,9 +239,7 @@ def test_fleet_teardown_leaves_no_namespace_link_or_process():
 def test_a_killed_worker_is_restarted_and_its_pair_retried(emulated_fleet, tmp_path):
     require_fleet()
     fleet = emulated_fleet
-    out, events = tmp_path / "fabric.json", tmp_path / "events.jsonl"
-    proc = subprocess.Popen(GEOCONSOLE + probe_args(fleet, fleet.inventory_path, out, events),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, out, events = start_probe(fleet, tmp_path)
     try:
         deadline = time.monotonic() + 120
         while not any(e["event"] == "RoundStarted" and e["index"] == 1 for e in read_events(events)):
