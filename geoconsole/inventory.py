@@ -45,6 +45,7 @@ from typing import Any
 
 from geoconsole.errors import UserError
 from geoconsole.exitcodes import ExitCode
+from solver.fabric import read_text
 
 DEFAULT_SSH_CONFIG = "~/.ssh/config"
 
@@ -195,14 +196,7 @@ def load_inventory(path: str | os.PathLike[str], *,
                    ssh_config: str | os.PathLike[str] | None = DEFAULT_SSH_CONFIG) -> Inventory:
     """Read a TOML inventory or a hostfile (by suffix). Raises :class:`InventoryError`."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InventoryError(f"{path}: no such inventory file") from None
-    except IsADirectoryError:
-        raise InventoryError(f"{path}: is a directory, expected an inventory file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InventoryError(f"{path}: cannot read: {exc}") from None
+    text = read_text(path, "inventory file", "an inventory file", InventoryError)
     blocks = read_ssh_config(ssh_config)
     if path.suffix.lower() == ".toml":
         entries = _toml_entries(path, text)

@@ -323,17 +323,23 @@ def fabric_from_json(doc: Any, source: str = "<fabric>") -> Fabric:
     return Fabric(alpha, beta, tuple(labels), devices, measured_at, meta, extras, source)
 
 
+def read_text(path: str | os.PathLike[str], noun: str, expected: str,
+              error: type[Exception]) -> str:
+    """A text file's content, or ``error`` with one line: missing, a folder, unreadable."""
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        raise error(f"{path}: no such {noun}") from None
+    except IsADirectoryError:
+        raise error(f"{path}: is a directory, expected {expected}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{path}: cannot read: {exc}") from None
+
+
 def load_fabric(path: str | os.PathLike[str]) -> Fabric:
     """Read and validate a fabric JSON file. Raises FabricError with a one-line message."""
     src = str(path)
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise FabricError(f"{src}: no such file") from None
-    except IsADirectoryError:
-        raise FabricError(f"{src}: is a directory, expected a fabric JSON file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FabricError(f"{src}: cannot read: {exc}") from None
+    text = read_text(path, "file", "a fabric JSON file", FabricError)
     try:
         doc = json.loads(text, parse_constant=_reject_constant)
     except FabricError as exc:
