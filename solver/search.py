@@ -8,9 +8,10 @@ certify optimality, it reports a lower bound beside its answer instead (solver.b
    consecutive devices (each pipeline stays local, each stage group spans the order)
    and stage groups on consecutive devices (the transpose).
 2. Each start is *polished*: its stage groups get exact bottleneck matchings and the
-   best pipeline order (solver.cost.grid_for_partition), which never raises Comm; then
-   swap local search (solver.localsearch) runs to a local optimum, polishing again until
-   neither improves.
+   best pipeline order (solver.cost.grid_for_partition), which never raises Comm. Starts
+   are descended best first: swap local search (solver.localsearch) to a local optimum,
+   polishing and partition swaps (solver.partition_moves) until none improves. A start
+   more than SKIP_START_RATIO worse than the best so far is not descended.
 3. ``restarts`` times, the best grid is perturbed by random swaps and re-optimised
    (iterated local search); a better result replaces it.
 
@@ -33,6 +34,10 @@ from solver.cost import CostModel, Score, rank_map_from_grid
 from solver.enumerate import optimal_grid
 from solver.localsearch import GridState, local_search
 from solver.partition_moves import partition_pass
+
+#: A topology start whose polished Comm is this much worse than the best so far is not
+#: descended (the starts are tried best first); its descent would cost full sweeps.
+SKIP_START_RATIO = 1.25
 
 #: Result status codes (``PlacementResult.status``).
 CONVERGED, BUDGET, TIME_LIMIT, CANCELLED, OPTIMAL = 0, 1, 2, 3, 4
@@ -244,9 +249,17 @@ def solve(
         run.status = OPTIMAL
         starts = []
     run.phase = "seeds"
-    for name, grid in starts:
-        if run.best is not None and run.should_stop():
+    scored_starts = []
+    for k, (name, grid) in enumerate(starts):
+        grid = run.polish(grid)
+        comm = model.score_grid(grid).comm
+        run.offer(grid, comm, name)
+        scored_starts.append((comm, k, name, grid))
+    for comm, _, name, grid in sorted(scored_starts, key=lambda x: (x[0], x[1])):
+        if run.should_stop():
             break
+        if comm > SKIP_START_RATIO * run.best_score:
+            continue  # far behind the best: not worth a descent
         run.descend(grid, rng, name)
     run.phase = "restarts"
     for k in range(restarts if exact_grid is None else 0):
