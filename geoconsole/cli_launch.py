@@ -7,7 +7,6 @@ asyncssh is imported inside the commands that reach the fleet (``launch`` withou
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -43,34 +42,14 @@ def _fabric(path: Path):
     return fabric
 
 
-def _rank_map_text(text: str) -> tuple[str, str]:
-    """(text, source): ``text`` itself, or the file it names."""
-    if not re.fullmatch(r"[\d,\s]+", text) and "rank_map=" not in text:
-        path = Path(text)
-        if not path.is_file():
-            raise UserError(f"{text}: no such rank map file")
-        return path.read_text(), str(path)
-    return text, "--rank-map"
-
-
-def _rank_map(text: str, n: int) -> list[int]:
-    from geoconsole.cli_solve import parse_rank_map
-
-    text, source = _rank_map_text(text)
-    ranks = parse_rank_map(text, source)
-    if len(ranks) != n:
-        raise UserError(f"{source}: {len(ranks)} ranks for {n} devices in the fabric")
-    return ranks
-
-
 def _solution(text: str, fabric):
     """(fabric, ranks). A solve --json output that selected a subset of the fabric's
     devices (``selection.rows``) applies to those rows: the fabric is narrowed to them."""
     import json
 
-    from geoconsole.cli_solve import parse_rank_map
+    from geoconsole.cli_solve import parse_rank_map, rank_map_argument
 
-    body, source = _rank_map_text(text)
+    body, source = rank_map_argument(text)
     ranks = parse_rank_map(body, source)
     if len(ranks) != fabric.n and body.lstrip().startswith("{"):
         rows = (json.loads(body).get("selection") or {}).get("rows")
@@ -327,10 +306,13 @@ def validate_cmd(
     from geoconsole.validate import format_report
 
     fabric = _fabric(matrix)
+    solution = None
+    if rank_map:
+        fabric, solution = _solution(rank_map, fabric)
     workload = _workload(fabric, pp, dp, c_pp, c_dp, pp_messages, dp_messages)
-    if fabric.missing_pairs():
-        raise UserError(f"{matrix}: {len(fabric.missing_pairs())} unmeasured pair(s); measure them before validating")
-    solution = _rank_map(rank_map, fabric.n) if rank_map else None
+    missing = fabric.missing_pairs()
+    if missing:
+        raise UserError(f"{matrix}: {len(missing)} unmeasured pair(s); measure them before validating")
     inv, hosts = _inventory(inventory)
     hosts = _hosts_for(fabric, hosts, True, inventory)
     if not (scale > 0):

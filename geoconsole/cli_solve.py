@@ -66,6 +66,7 @@ def _prepare(fabric: Fabric, workload: Workload, *, group_locality, regions, fil
     """
     selection = None
     if fabric.n > workload.n_devices or group_locality is not None or regions:
+        from geoconsole.cli_labels import selected_fabric
         from solver.selection import select_devices
 
         wanted = [r.strip() for r in (regions or "").split(",") if r.strip()] or None
@@ -73,9 +74,7 @@ def _prepare(fabric: Fabric, workload: Workload, *, group_locality, regions, fil
             selection = select_devices(fabric, workload.n_devices, group_locality or "prefer", wanted)
         except ValueError as exc:
             raise UserError(f"{fabric.source}: {exc}") from None
-        selected = fabric.subset(list(selection.rows))
-        selected.meta = {**selected.meta, "selection": selection.to_json()}
-        fabric = selected
+        fabric = selected_fabric(fabric, selection)
     filled = 0
     if fill:
         from solver.estimate import defaults_from_flags, fill_missing
@@ -261,6 +260,16 @@ def _record_solve(path: Path, doc: dict) -> None:
 _RANK_MAP_TEXT = re.compile(r"rank_map=\(([^)]*)\)")
 
 
+def rank_map_argument(value: str) -> tuple[str, str]:
+    """``(text, source)`` of a --rank-map value: the value itself, or the file it names."""
+    if not re.fullmatch(r"[\d,\s]+", value) and "rank_map=" not in value:
+        path = Path(value)
+        if not path.is_file():
+            raise UserError(f"{value}: no such rank map file")
+        return path.read_text(), str(path)
+    return value, "--rank-map"
+
+
 def parse_rank_map(text: str, source: str) -> list[int]:
     """Rank map from ``rank_map=(...)``, a JSON list, solve's --json output, or "0,1,2"."""
     text = text.strip()
@@ -298,13 +307,7 @@ def score_cmd(
     fabric = _load(matrix)
     workload = _workload(fabric, pp, dp, c_pp, c_dp, pp_messages, dp_messages)
     model = _model(fabric, workload)
-    source = "--rank-map"
-    text = rank_map
-    candidate = Path(rank_map)
-    if not re.fullmatch(r"[\d,\s]+", rank_map) and "rank_map=" not in rank_map:
-        if not candidate.is_file():
-            raise UserError(f"{rank_map}: no such rank map file")
-        text, source = candidate.read_text(), rank_map
+    text, source = rank_map_argument(rank_map)
     ranks = parse_rank_map(text, source)
     try:
         grid_from_rank_map(ranks, workload.d_pp, workload.d_dp)
