@@ -79,7 +79,7 @@ def dtfm() -> None:
     times = []
     for seed in range(5):
         reached.clear()
-        result = solve(blind, seed=seed, callback=callback)
+        solve(blind, seed=seed, callback=callback)
         times.append(reached.get("t", float("nan")))
     t = float(np.median(times))
     print(f"  unlabelled, rows shuffled: median {t * 1e3:.1f} ms over 5 seeds {[round(x * 1e3, 1) for x in times]} "

@@ -55,7 +55,7 @@ def session_for_inventory(path: Path) -> Session:
     """A fresh session on an inventory: no fabric until a sweep measures one."""
     from geoconsole.inventory import load_inventory
 
-    inv = load_inventory(path)  # InventoryError is a UserError: one line, exit code 2
+    load_inventory(path)  # validated now; InventoryError is a UserError: one line, exit code 2
     return Session(fabric=None, workload=DTFM_WORKLOAD, inventory=str(path), name=f"fleet {path.name}")
 
 

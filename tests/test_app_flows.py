@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 import pytest
-from app_support import demo_app, make_solution, region_pipelines, with_solutions
+from app_support import demo_app, region_pipelines, with_solutions
 from textual.widgets import Input, Static
 
 from screens.heatmap_view import Heatmap

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from solver.fabric import Device, Fabric, FabricError, fabric_from_json, load_fabric
+from solver.fabric import Device, FabricError, fabric_from_json, load_fabric
 
 GOOD = {
     "labels": ["Oregon", "Oregon", "Virginia", "Virginia"],

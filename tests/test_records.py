@@ -5,7 +5,6 @@ import os
 
 import pytest
 
-from geoconsole import records
 from geoconsole.records import append_record, read_records
 
 
