@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import numpy as np  # noqa: E402
 
-from geoconsole.launch_export import FORMATS, export, parse  # noqa: E402
-from geoconsole.launch_plan import LaunchHost, build_plan  # noqa: E402
+from geoconsole.launch.export import FORMATS, export, parse  # noqa: E402
+from geoconsole.launch.plan import LaunchHost, build_plan  # noqa: E402
 from solver.fabric import Device  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def bench_plan_export() -> None:
 
 
 async def _launch_once(fleet, inv, hosts, prog, port, env=None, grace=2.0):
-    from geoconsole.launch_run import run_plan
+    from geoconsole.launch.run import run_plan
     from probes.ssh import SSHPool
 
     devices = [Device(h.name) for h in inv.hosts]

@@ -152,21 +152,16 @@ def create_app(
 ) -> GeoConsoleApp:
     """Build the console: from a saved session, an inventory, or the built-in demo.
 
-    Raises :class:`~geoconsole.errors.UserError` with a one-line message for a bad file.
+    Raises a :class:`~geoconsole.errors.GeoconsoleError` (one-line message) for a bad file.
     """
-    from geoconsole.errors import UserError
-
     start = "fabric"
-    try:
-        if session is not None:
-            state = load_session(session)
-        elif inventory is not None:
-            from screens.fleet import session_for_inventory
+    if session is not None:
+        state = load_session(session)
+    elif inventory is not None:
+        from screens.fleet import session_for_inventory
 
-            state = session_for_inventory(Path(inventory))
-            start = "fleet"
-        else:
-            state = demo_session(demo)
-    except SessionError as exc:
-        raise UserError(str(exc)) from None
+        state = session_for_inventory(Path(inventory))
+        start = "fleet"
+    else:
+        state = demo_session(demo)
     return GeoConsoleApp(state, clock=clock, start=start)

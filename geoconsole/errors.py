@@ -1,43 +1,24 @@
-"""One-line error reporting for the command line: no tracebacks for expected failures."""
+"""The core's errors: one base, a subclass per domain; the CLI maps them to exit codes.
+
+Every error here is something the operator can fix or must know about; ``str()`` is the
+whole one-line message, naming the file, field or host. Core code never names CLI flags
+and never chooses an exit code: :mod:`geoconsole.cli.errors` does both at the edge.
+"""
 
 from __future__ import annotations
 
-import sys
 
-import typer
-
-from geoconsole.exitcodes import ExitCode
+class GeoconsoleError(ValueError):
+    """Base of the core's expected failures (a ValueError, as scipy's bad-input errors)."""
 
 
-class UserError(Exception):
-    """An error the operator can fix; ``str()`` is the whole one-line message."""
-
-    def __init__(self, message: str, code: ExitCode = ExitCode.USAGE) -> None:
-        super().__init__(message)
-        self.code = code
+class InputError(GeoconsoleError):
+    """A malformed file, field or value (fabric, inventory, session, rank map, label)."""
 
 
-def fail(message: str, code: ExitCode = ExitCode.USAGE) -> "typer.Exit":
-    """Print ``error: message`` on stderr (one line) and return the Exit to raise."""
-    one_line = " ".join(str(message).split())
-    print(f"error: {one_line}", file=sys.stderr)
-    return typer.Exit(int(code))
+class RemoteError(GeoconsoleError):
+    """Hosts that cannot be reached or refuse: connection, host key, remote command."""
 
 
-def cli_errors(func):
-    """Decorate a Typer command: UserError and Ctrl-C become one line and an exit code.
-
-    Anything else is a bug and keeps its traceback.
-    """
-    import functools
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except UserError as exc:
-            raise fail(str(exc), exc.code) from None
-        except KeyboardInterrupt:
-            raise fail("interrupted", ExitCode.INTERRUPTED) from None
-
-    return wrapper
+class PolicyError(GeoconsoleError):
+    """The input is well formed but the request cannot be met (a required locality)."""

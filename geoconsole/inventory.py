@@ -29,7 +29,7 @@ own entry, then ``~/.ssh/config``, then ``[defaults]``, then built-ins (port 22,
 local user, ``python3``, all GPUs).
 
 Every malformed entry is reported as one line naming the file, the entry and the field
-(:class:`InventoryError`, a :class:`~geoconsole.errors.UserError`).
+(:class:`InventoryError`, an :class:`~geoconsole.errors.InputError`).
 """
 
 from __future__ import annotations
@@ -43,11 +43,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from geoconsole.errors import UserError
-from geoconsole.exitcodes import ExitCode
-from solver.fabric import read_text
+from geoconsole.errors import InputError
+from solver.files import read_text
 
 DEFAULT_SSH_CONFIG = "~/.ssh/config"
+#: Largest inventory file read (a hostfile of 100,000 hosts is about 4 MB).
+MAX_INVENTORY_BYTES = 64 << 20
 
 _HOST_FIELDS = {
     "name", "address", "port", "user", "identity", "python", "interface", "gpus",
@@ -57,11 +58,8 @@ _DEFAULT_FIELDS = _HOST_FIELDS - {"name", "address"}
 _LABEL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
-class InventoryError(UserError):
+class InventoryError(InputError):
     """A malformed inventory; the message is one line naming file, entry and field."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, ExitCode.USAGE)
 
 
 @dataclass(frozen=True)
@@ -124,21 +122,31 @@ class _SSHConfigBlock:
     options: tuple[tuple[str, str], ...]
 
 
-def read_ssh_config(path: str | os.PathLike[str] | None = DEFAULT_SSH_CONFIG) -> list[_SSHConfigBlock]:
+#: Deepest chain of ``Include`` (OpenSSH allows 16).
+MAX_INCLUDE_DEPTH = 16
+#: Largest ssh config file read.
+MAX_SSH_CONFIG_BYTES = 4 << 20
+
+
+def read_ssh_config(path: str | os.PathLike[str] | None = DEFAULT_SSH_CONFIG, *,
+                    _chain: tuple[str, ...] = ()) -> list[_SSHConfigBlock]:
     """Parse the ``Host`` blocks of an OpenSSH client config (``Match`` blocks are skipped).
 
-    A missing file is an empty config. ``Include`` is followed (globs, relative to
-    ``~/.ssh``).
+    A missing file (or folder) is an empty config. ``Include`` is followed (globs,
+    relative to ``~/.ssh``); a loop or a chain deeper than MAX_INCLUDE_DEPTH, a FIFO or
+    device, or a file that is not UTF-8 is an InventoryError naming the file.
     """
     if path is None:
         return []
     file = Path(os.path.expanduser(str(path)))
-    try:
-        text = file.read_text()
-    except (FileNotFoundError, IsADirectoryError):
+    real = os.path.realpath(file)
+    if real in _chain:
+        raise InventoryError(f"{file}: Include loop ({' -> '.join(_chain + (real,))})")
+    if len(_chain) >= MAX_INCLUDE_DEPTH:
+        raise InventoryError(f"{file}: Include nested more than {MAX_INCLUDE_DEPTH} deep")
+    if not file.exists() or file.is_dir():
         return []
-    except OSError as exc:
-        raise InventoryError(f"{file}: cannot read: {exc.strerror}") from None
+    text = read_text(file, "ssh config", max_bytes=MAX_SSH_CONFIG_BYTES, error=InventoryError)
     blocks: list[_SSHConfigBlock] = []
     patterns: tuple[str, ...] = ("*",)
     options: list[tuple[str, str]] = []
@@ -160,7 +168,7 @@ def read_ssh_config(path: str | os.PathLike[str] | None = DEFAULT_SSH_CONFIG) ->
                 if not os.path.isabs(item):
                     item = os.path.join(os.path.expanduser("~/.ssh"), item)
                 for inc in sorted(glob.glob(item)):
-                    blocks.extend(read_ssh_config(inc))
+                    blocks.extend(read_ssh_config(inc, _chain=_chain + (real,)))
         else:
             options.append((key, value))
     blocks.append(_SSHConfigBlock(patterns, tuple(options)))
@@ -196,7 +204,7 @@ def load_inventory(path: str | os.PathLike[str], *,
                    ssh_config: str | os.PathLike[str] | None = DEFAULT_SSH_CONFIG) -> Inventory:
     """Read a TOML inventory or a hostfile (by suffix). Raises :class:`InventoryError`."""
     path = Path(path)
-    text = read_text(path, "inventory file", "an inventory file", InventoryError)
+    text = read_text(path, "inventory", max_bytes=MAX_INVENTORY_BYTES, error=InventoryError)
     blocks = read_ssh_config(ssh_config)
     if path.suffix.lower() == ".toml":
         entries = _toml_entries(path, text)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Sequence
 
-from geoconsole.errors import UserError
+from geoconsole.errors import InputError
 from solver.fabric import Device, Fabric
 
 FIELDS: tuple[str, ...] = ("region", "zone", "network_group")
@@ -38,7 +38,7 @@ _PROBE_SOURCES = {"inventory": "inventory", "gce": "detected", "flags": "flag", 
                   "detected": "detected", "operator": "operator"}
 
 
-class LabelError(UserError, ValueError):
+class LabelError(InputError):
     """A label value, field or source is invalid; one line naming where."""
 
 

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from geoconsole.errors import InputError
 from geoconsole.labels import LabelError, LabelSet, validate_label
 from solver.fabric import Device, Fabric, FabricError, fabric_from_json, write_atomic
 from solver.workload import Workload
@@ -36,7 +37,7 @@ def iso(clock: Clock) -> str:
     return clock().astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class SessionError(ValueError):
+class SessionError(InputError):
     """A session file is malformed; the message is one line naming the file and field."""
 
 

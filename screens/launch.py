@@ -1,7 +1,7 @@
 """Launch screen: the plan for the current rank map, a confirmation, live output, abort.
 
-The plan comes from :mod:`geoconsole.launch_plan` (master host, per-rank environment and
-command, every value shell-quoted) and runs through :mod:`geoconsole.launch_run` (each
+The plan comes from :mod:`geoconsole.launch.plan` (master host, per-rank environment and
+command, every value shell-quoted) and runs through :mod:`geoconsole.launch.run` (each
 rank under a supervisor that stops its whole process tree on abort). The SSH work is
 an async worker on the app's loop; output lines go straight to the log as they arrive.
 """
@@ -28,7 +28,7 @@ MODES = ("torchrun", "env")
 
 def plan_hosts(session) -> dict:
     """LaunchHost per host: from the inventory when there is one, else host = address."""
-    from geoconsole.launch_plan import LaunchHost
+    from geoconsole.launch.plan import LaunchHost
 
     hosts: dict = {}
     if session.inventory:
@@ -83,7 +83,7 @@ class LaunchScreen(ConsoleScreen):
     def show_session(self) -> None:
         if self.running:
             return
-        from geoconsole.launch_plan import LaunchError, build_plan, describe
+        from geoconsole.launch.plan import LaunchError, build_plan, describe
 
         summary = self.query_one("#launch-summary", Static)
         log = self.query_one(Log)
@@ -148,39 +148,33 @@ class LaunchScreen(ConsoleScreen):
 
     @work(exclusive=True, exit_on_error=False, group="launch", description="launch")
     async def run_launch(self, plan: Any) -> None:
-        from geoconsole.launch_run import resolve_interfaces, run_plan
-        from probes.ssh import SSHPool
-
-        import asyncio
+        from geoconsole.errors import RemoteError
+        from geoconsole.launch.flow import Reach, connect_and_run
+        from geoconsole.launch.plan import build_plan
 
         self.running = True
         self.result = None
         log = self.query_one(Log)
         log.clear()
         log.auto_scroll = True
-        log.write_line(f"-- connecting to {len(plan.by_host())} hosts")
-        options = {"known_hosts": self.session.known_hosts} if self.session.known_hosts else {}
-        pool = SSHPool(**options)
+        reach = Reach(_inventory_hosts(self.session.inventory), self.session.known_hosts or None)
+
+        def rebuild(found: dict) -> Any:
+            return build_plan(plan.rank_map, self.session.devices(), plan.hosts, plan.command,
+                              mode=plan.mode, backend=plan.backend, port=plan.master_port,
+                              workdir=plan.workdir, interfaces=found)
+
+        def sink(p: Any, stream: str, line: str) -> None:
+            log.write_line(f"[rank {p.rank} {p.host}{' err' if stream == 'stderr' else ''}] {line}")
+
         try:
-            names = list(plan.by_host())
-            hosts = _inventory_hosts(self.session.inventory)
-            sessions = dict(zip(names, await asyncio.gather(*(pool.session(hosts[n]) for n in names))))
-            if "gloo" in plan.backend and any(p.interface is None for p in plan.processes):
-                from geoconsole.launch_plan import build_plan
-
-                found = await resolve_interfaces(plan, sessions)
-                plan = build_plan(plan.rank_map, self.session.devices(), plan.hosts, plan.command,
-                                  mode=plan.mode, backend=plan.backend, port=plan.master_port,
-                                  workdir=plan.workdir, interfaces=found)
-
-            def sink(p: Any, stream: str, line: str) -> None:
-                log.write_line(f"[rank {p.rank} {p.host}{' err' if stream == 'stderr' else ''}] {line}")
-
-            log.write_line("-- starting every rank")
-            result = await run_plan(plan, sessions, sink=sink)
+            result, _plan = await connect_and_run(plan, reach, rebuild, sink=sink,
+                                                  on_step=lambda m: log.write_line(f"-- {m}"))
+        except RemoteError as exc:
+            log.write_line(f"-- failed: {' '.join(str(exc).split())}")
+            return
         finally:
             self.running = False
-            await pool.close()
         self._show_result(result)
         self.result = result  # set last: watchers see the verdict already written
 

@@ -26,7 +26,6 @@ from geoconsole.session import Solution, iso
 from screens.base import ConsoleScreen
 from screens.messages import SessionChanged
 from screens.solve_widgets import Histogram, SolveOptions, WorkloadForm
-from solver.fabric import Fabric
 
 #: Seconds between progress messages; the solver may call back far more often.
 PROGRESS_INTERVAL_S = 0.1
@@ -40,25 +39,6 @@ SOLVING_SWITCH_INTERVAL_S = 0.0005
 def baseline_samples(n: int) -> int:
     """Random placements to sample: the spec's 200 on small fabrics, fewer on huge ones."""
     return 200 if n <= 128 else 40 if n <= 512 else 10
-
-
-def seed_orders(fabric: Fabric) -> list[list[int]]:
-    """Device orders by label level, from which the solver builds topology seeds."""
-    devices = fabric.devices
-    if devices is None:
-        return []
-    keys = (
-        lambda d: (d.region or "", d.host, d.gpu or 0),
-        lambda d: (d.region or "", d.zone or "", d.host, d.gpu or 0),
-        lambda d: (d.region or "", d.zone or "", d.network_group or "", d.host, d.gpu or 0),
-        lambda d: (d.host, d.gpu or 0),
-    )
-    orders = []
-    for key in keys:
-        order = sorted(range(fabric.n), key=lambda i: key(devices[i]))
-        if order not in orders:
-            orders.append(order)
-    return orders
 
 
 class SolveScreen(ConsoleScreen):
@@ -147,7 +127,8 @@ class SolveScreen(ConsoleScreen):
     def action_solve(self) -> None:
         if self.running:
             return
-        from solver.cost import CostModel
+        from geoconsole.prepare import prepare_for_solve
+        from geoconsole.solving import cost_model
 
         error = self.query_one("#solve-error", Static)
         fabric = self.session.fabric
@@ -156,7 +137,8 @@ class SolveScreen(ConsoleScreen):
             return
         try:
             options = self.query_one(WorkloadForm).read(fabric.n)
-            model = CostModel.from_fabric(fabric, options.workload)
+            prepared = prepare_for_solve(fabric, options.workload.n_devices)
+            model = cost_model(prepared.fabric, options.workload)
         except ValueError as exc:
             error.update(" ".join(str(exc).split()))
             return
@@ -168,7 +150,7 @@ class SolveScreen(ConsoleScreen):
         self.bound = None
         self.query_one(Histogram).show({}, None, None)
         self.query_one("#solve-status", Static).update("Computing the lower bound...")
-        self.run_solver(model, fabric, options, self.session.digest())
+        self.run_solver(model, prepared, options, self.session.digest())
 
     def on_unmount(self) -> None:
         # A thread cannot be killed: make the solver stop so the app can exit promptly.
@@ -194,43 +176,34 @@ class SolveScreen(ConsoleScreen):
 
     # -- the worker (runs in a thread) ---------------------------------------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="solve", description="solve placement")
-    def run_solver(self, model: Any, fabric: Fabric, options: SolveOptions, digest: str) -> None:
+    def run_solver(self, model: Any, prepared: Any, options: SolveOptions, digest: str) -> None:
         previous_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(previous_interval, SOLVING_SWITCH_INTERVAL_S))
         try:
-            self._solve_and_report(model, fabric, options, digest)
+            self._solve_and_report(model, prepared, options, digest)
         finally:
             sys.setswitchinterval(previous_interval)
 
-    def _solve_and_report(self, model: Any, fabric: Fabric, options: SolveOptions, digest: str) -> None:
-        from solver.baselines import random_rank_maps, random_stage_groups
+    def _solve_and_report(self, model: Any, prepared: Any, options: SolveOptions, digest: str) -> None:
+        from geoconsole import solving
         from solver.bounds import lower_bound
-        from solver.search import solve
 
         bound = lower_bound(model).value
         self.post_message(self.Started(bound))
         last = [0.0]
 
         def callback(progress: Any) -> None:
-            if self._cancel.is_set():
-                raise StopIteration
             now = time.monotonic()
             if now - last[0] >= PROGRESS_INTERVAL_S:
                 last[0] = now
                 self.post_message(self.Progress(progress.fun, progress.nit, progress.nfev, progress.elapsed_s, progress.phase))
 
-        result = solve(
-            model, seed=options.seed, budget=options.budget, restarts=options.restarts,
-            time_limit=options.time_limit, callback=callback, seed_orders=seed_orders(fabric),
-        )
-        samples = baseline_samples(model.n)
-        baselines = {}
-        for sample in (random_rank_maps, random_stage_groups):
-            if self._cancel.is_set():
-                break
-            dist = sample(model, samples, options.seed)
-            baselines[dist.name] = [float(v) for v in dist.values]
-        self.post_message(self.Finished(result, bound, baselines, options, digest))
+        core = solving.SolveOptions(seed=options.seed, budget=options.budget, restarts=options.restarts,
+                                    time_limit=options.time_limit, baseline_samples=baseline_samples(model.n))
+        outcome = solving.run_placement(model, core, seed_orders=prepared.seed_orders, callback=callback,
+                                        should_stop=self._cancel.is_set)
+        baselines = {d.name: [float(v) for v in d.values] for d in outcome.baselines}
+        self.post_message(self.Finished(outcome.result, bound, baselines, options, digest))
 
     # -- messages from the worker --------------------------------------------------
     def on_solve_screen_started(self, message: Started) -> None:

@@ -12,6 +12,7 @@ bottleneck matchings plus the path solver).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -43,24 +44,43 @@ class Distribution:
                 "median": self.median, "max": self.max}
 
 
-def random_rank_maps(model: CostModel, samples: int, seed: int = 0) -> Distribution:
-    """Scores of ``samples`` uniformly random rank maps, as launched."""
+#: Samples drawn between two calls of ``keep_going``.
+CHECK_EVERY = 16
+
+
+def _draw(samples: int, one: Callable[[], float], keep_going: Callable[[], bool] | None) -> np.ndarray:
+    values = []
+    for k in range(samples):
+        if keep_going is not None and k % CHECK_EVERY == 0 and k and not keep_going():
+            break
+        values.append(one())
+    return np.array(values, dtype=float)
+
+
+def random_rank_maps(model: CostModel, samples: int, seed: int = 0,
+                     keep_going: Callable[[], bool] | None = None) -> Distribution:
+    """Scores of ``samples`` uniformly random rank maps, as launched.
+
+    ``keep_going`` is asked every CHECK_EVERY samples; False ends the draw early (the
+    samples drawn so far are kept, the same as the first ones of a full draw).
+    """
     rng = np.random.default_rng([seed, 1])
     w = model.workload
-    values = np.array([
-        model.score_grid(rng.permutation(model.n).reshape(w.d_dp, w.d_pp)).comm
-        for _ in range(samples)
-    ])
-    return Distribution(RANDOM_RANK_MAP, values)
+    return Distribution(RANDOM_RANK_MAP, _draw(
+        samples, lambda: model.score_grid(rng.permutation(model.n).reshape(w.d_dp, w.d_pp)).comm,
+        keep_going))
 
 
-def random_stage_groups(model: CostModel, samples: int, seed: int = 0) -> Distribution:
-    """Scores of ``samples`` random partitions with exact matchings and pipeline order."""
+def random_stage_groups(model: CostModel, samples: int, seed: int = 0,
+                        keep_going: Callable[[], bool] | None = None) -> Distribution:
+    """Scores of ``samples`` random partitions with exact matchings and pipeline order
+    (``keep_going`` as in :func:`random_rank_maps`)."""
     rng = np.random.default_rng([seed, 2])
     w = model.workload
-    values = []
-    for _ in range(samples):
+
+    def one() -> float:
         perm = rng.permutation(model.n).reshape(w.d_pp, w.d_dp)
         grid, _ = model.grid_for_partition(list(perm))
-        values.append(model.score_grid(grid).comm)
-    return Distribution(RANDOM_STAGE_GROUPS, np.array(values))
+        return model.score_grid(grid).comm
+
+    return Distribution(RANDOM_STAGE_GROUPS, _draw(samples, one, keep_going))

@@ -21,7 +21,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,9 +149,9 @@ class Fabric:
         doc.update(self.extras)
         return doc
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write JSON atomically (temporary file in the same folder, then rename)."""
-        write_atomic(Path(path), json.dumps(self.to_json(), indent=1) + "\n")
+    def save(self, path: str | os.PathLike[str], *, inputs=()) -> None:
+        """Write JSON atomically (solver.files.write_text; ``inputs`` must not be ``path``)."""
+        write_atomic(Path(path), json.dumps(self.to_json(), indent=1) + "\n", inputs=inputs)
 
     def subset(self, rows: list[int] | np.ndarray) -> "Fabric":
         """The fabric restricted to ``rows`` (in that order). Per-pair extras are sliced."""
@@ -175,20 +174,12 @@ class Fabric:
         )
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so that readers see the old or the new file, whole."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def write_atomic(path: Path, text: str, *, inputs=()) -> Path:
+    """Replace ``path`` with ``text`` so that readers see the old or the new file, whole
+    (solver.files.write_text: regular files only, mode kept, symlinks followed)."""
+    from solver.files import write_text
+
+    return write_text(path, text, inputs=inputs)
 
 
 def _is_square(value: Any, n: int) -> bool:
@@ -292,10 +283,6 @@ def _parse_devices(raw: Any, n: int, src: str) -> tuple[Device, ...]:
     return tuple(out)
 
 
-def _reject_constant(name: str) -> float:
-    raise FabricError(f"non-standard JSON number {name}")
-
-
 def fabric_from_json(doc: Any, source: str = "<fabric>") -> Fabric:
     """Build and validate a Fabric from a parsed JSON document."""
     if not isinstance(doc, dict):
@@ -323,29 +310,15 @@ def fabric_from_json(doc: Any, source: str = "<fabric>") -> Fabric:
     return Fabric(alpha, beta, tuple(labels), devices, measured_at, meta, extras, source)
 
 
-def read_text(path: str | os.PathLike[str], noun: str, expected: str,
-              error: type[Exception]) -> str:
-    """A text file's content, or ``error`` with one line: missing, a folder, unreadable."""
-    try:
-        return Path(path).read_text()
-    except FileNotFoundError:
-        raise error(f"{path}: no such {noun}") from None
-    except IsADirectoryError:
-        raise error(f"{path}: is a directory, expected {expected}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise error(f"{path}: cannot read: {exc}") from None
-
-
 def load_fabric(path: str | os.PathLike[str]) -> Fabric:
     """Read and validate a fabric JSON file. Raises FabricError with a one-line message."""
-    src = str(path)
-    text = read_text(path, "file", "a fabric JSON file", FabricError)
-    try:
-        doc = json.loads(text, parse_constant=_reject_constant)
-    except FabricError as exc:
-        raise FabricError(f"{src}: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise FabricError(f"{src}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except RecursionError:
-        raise FabricError(f"{src}: invalid JSON: nested too deeply") from None
-    return fabric_from_json(doc, src)
+    from solver.files import load_json
+
+    return fabric_from_json(load_json(path, "fabric JSON", error=FabricError), str(path))
+
+
+def fabric_from_text(text: str, source: str) -> Fabric:
+    """Parse and validate fabric JSON text (FabricError naming ``source``)."""
+    from solver.files import parse_json
+
+    return fabric_from_json(parse_json(text, source, error=FabricError), source)

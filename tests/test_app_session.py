@@ -9,7 +9,7 @@ import pytest
 from app_support import demo_app, make_solution, region_pipelines
 
 from geoconsole.app import create_app
-from geoconsole.errors import UserError
+from geoconsole.errors import GeoconsoleError
 from geoconsole.labels import LabelError
 from geoconsole.session import SessionError, demo_session, load_session
 
@@ -101,13 +101,13 @@ def test_bad_solution_in_session_names_the_entry(tmp_path):
 
 
 def test_factory_turns_bad_files_into_user_errors(tmp_path):
-    with pytest.raises(UserError, match="no such file"):
+    with pytest.raises(GeoconsoleError, match="no such file"):
         create_app(session=tmp_path / "missing.json")
     bad = tmp_path / "hosts.toml"
     bad.write_text("[[hosts]]\nport = 'x'\n")
-    with pytest.raises(UserError):
+    with pytest.raises(GeoconsoleError):
         create_app(inventory=bad)
-    with pytest.raises(UserError, match="unknown demo"):
+    with pytest.raises(GeoconsoleError, match="unknown demo"):
         create_app(demo="nowhere")
 
 

@@ -84,12 +84,17 @@ def test_solve_infers_dp_from_pp(ww_path):
     assert json.loads(result.stdout)["workload"]["d_dp"] == 16
 
 
+def test_an_unmet_required_locality_is_a_failed_result_exit_1(ww_path):
+    result = run("solve", "--matrix", ww_path, "--c-pp", "0.5", "--c-dp", "0.6", "--pp", "8", "--dp", "8",
+                 "--group-locality", "zone")
+    assert "group_locality=zone: none of the 64 devices has a zone label" in one_line_error(result, code=1)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--pp", "7"], "64 devices cannot hold D_PP 7"),
     (["--pp", "8", "--dp", "9"], "cannot hold D_PP 8 x D_DP 9"),
-    (["--pp", "8", "--estimate", "zone=1,1"], "--estimate: needs --fill-missing"),
+    (["--pp", "8", "--estimate", "zone=1,1"], "--estimate: applies only with --fill-missing"),
     (["--pp", "8", "--fill-missing", "--estimate", "zone=abc"], "--estimate"),
-    (["--pp", "8", "--dp", "8", "--group-locality", "zone"], "zone"),
     (["--pp", "0"], "Invalid value for '--pp'"),
     (["--pp", "8", "--budget", "-3"], "Invalid value for '--budget'"),
     (["--pp", "8", "--time-limit", "0"], "Invalid value for '--time-limit'"),
@@ -106,7 +111,7 @@ def test_solve_refuses_unmeasured_pairs_listing_them(tmp_path):
     path = tmp_path / "holes.json"
     path.write_text(json.dumps(doc))
     line = one_line_error(run("solve", "--matrix", path, *WW))
-    assert "2 unmeasured pair(s): oregon-0:0-virginia-1:0, oregon-5:0-london-0:0" in line
+    assert "2 device pairs unmeasured: oregon-0:0 - virginia-1:0, oregon-5:0 - london-0:0" in line and "(--fill-missing)" in line
 
 
 def test_solve_malformed_file_and_unwritable_record(tmp_path, ww_path):
@@ -115,7 +120,7 @@ def test_solve_malformed_file_and_unwritable_record(tmp_path, ww_path):
     assert f"{bad}: invalid JSON" in one_line_error(run("solve", "--matrix", bad, "--c-pp", "1", "--c-dp", "1"))
     line = one_line_error(run("solve", "--matrix", ww_path, *WW, "--budget", "10", "--baseline-samples", "0",
                               "--record", tmp_path / "no" / "such" / "runs.jsonl"))
-    assert "cannot write run record" in line
+    assert "runs.jsonl: folder" in line and "does not exist" in line
 
 
 def test_score_agrees_with_solve(ww_path, tmp_path):
@@ -133,7 +138,7 @@ def test_score_agrees_with_solve(ww_path, tmp_path):
 
 
 @pytest.mark.parametrize("rank_map, message", [
-    ("0,1,2", "expected 64 ranks"),
+    ("0,1,2", "3 ranks for 64 devices"),
     (",".join(["0"] * 64), "not a permutation"),
     ("missing-file.txt", "no such rank map file"),
 ])
@@ -196,7 +201,7 @@ def test_solve_regions_filter_and_its_failure(ww_path):
     assert "left out   8 device(s): Oregon not in --regions Seoul, Tokyo" in ok.stdout
     bad = run("solve", "--matrix", ww_path, "--pp", "4", "--dp", "4", "--c-pp", "0.5", "--c-dp", "0.6",
               "--regions", "Tokyo")
-    assert "--regions Tokyo: 8 of 64 devices match, the workload needs 16" in one_line_error(bad)
+    assert "--regions Tokyo: 8 of 64 devices match, the workload needs 16" in one_line_error(bad, code=1)
 
 
 def test_solve_fill_missing_estimates_and_counts_pairs(tmp_path):
@@ -207,7 +212,7 @@ def test_solve_fill_missing_estimates_and_counts_pairs(tmp_path):
     path.write_text(json.dumps(doc))
     result = run("solve", "--matrix", path, *WW, "--fill-missing", "--baseline-samples", "0", "--budget", "2000")
     assert result.exit_code == 0, result.output
-    assert "estimated  2 unmeasured pair(s)" in result.stdout
+    assert "estimated  2 pair(s) filled from labels and links, not measured" in result.stdout
     as_json = json.loads(run("solve", "--matrix", path, *WW, "--fill-missing", "--baseline-samples", "0",
                              "--budget", "2000", "--json").stdout)
     assert as_json["estimated_pairs"] == 2

@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from geoconsole import cli_labels
+from geoconsole.cli import labels as cli_labels
 from geoconsole.demo_fabrics import worldwide_fabric
 from solver.estimate import (
     DEFAULT_LEVELS,

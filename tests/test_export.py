@@ -20,7 +20,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from geoconsole.launch_export import (
+from geoconsole.launch.export import (
     FORMATS,
     ExportError,
     export,
@@ -31,7 +31,7 @@ from geoconsole.launch_export import (
     plan_slots,
     rank_map_of,
 )
-from geoconsole.launch_plan import LaunchHost, build_plan
+from geoconsole.launch.plan import LaunchHost, build_plan
 from solver.fabric import Device
 
 HOSTS = [LaunchHost(f"node{i}", f"10.1.0.{i}", user="train") for i in range(3)]

@@ -33,14 +33,14 @@ MALFORMED = [
     ("ragged row", {**GOOD, "alpha_ms": [[0, 1, 2, 3], [1, 0, 2], [1, 2, 0, 3], [1, 2, 3, 0]]}, "alpha_ms[1]: 3 entries, expected 4"),
     ("too few rows", {**GOOD, "beta_gbps": GOOD["beta_gbps"][:3]}, "beta_gbps: 3 rows for 4 devices"),
     ("labels mismatch", {**GOOD, "labels": ["a", "b", "c"]}, "alpha_ms: 4 rows for 3 devices"),
-    ("NaN literal", json.dumps(GOOD).replace("35", "NaN", 1), "non-standard JSON number NaN"),
-    ("Infinity literal", json.dumps(GOOD).replace("35", "Infinity", 1), "non-standard JSON number Infinity"),
+    ("NaN literal", json.dumps(GOOD).replace("35", "NaN", 1), "invalid JSON: NaN is not a number JSON allows"),
+    ("Infinity literal", json.dumps(GOOD).replace("35", "Infinity", 1), "invalid JSON: Infinity is not a number JSON allows"),
     ("string value", with_value("alpha_ms", 0, 2, "35"), 'alpha_ms[0][2]: expected a number or null, got "35"'),
     ("boolean value", with_value("beta_gbps", 0, 2, True), "beta_gbps[0][2]: expected a number or null, got true"),
     ("negative latency", with_value("alpha_ms", 2, 3, -1), "alpha_ms[2][3]: latency must be >= 0"),
     ("zero bandwidth", with_value("beta_gbps", 3, 1, 0), "beta_gbps[3][1]: bandwidth must be > 0"),
     ("negative bandwidth", with_value("beta_gbps", 1, 0, -2), "beta_gbps[1][0]: bandwidth must be > 0"),
-    ("overflowing number", json.dumps(GOOD).replace("35", "1e400", 1), "alpha_ms[0][2]: must be finite"),
+    ("overflowing number", json.dumps(GOOD).replace("35", "1e400", 1), "invalid JSON: number 1e400 is out of range"),
     ("huge latency", with_value("alpha_ms", 0, 1, 1e300), "alpha_ms[0][1]: latency above"),
     ("huge bandwidth", with_value("beta_gbps", 0, 1, 1e30), "beta_gbps[0][1]: bandwidth above"),
     ("half-measured pair", with_value("alpha_ms", 0, 1, None), "pair [0][1]: alpha_ms and beta_gbps must both be measured or both null"),
@@ -63,7 +63,7 @@ def test_malformed_fabric_gives_one_line_naming_file_and_field(tmp_path, name, d
 
 
 def test_missing_and_directory_paths(tmp_path):
-    with pytest.raises(FabricError, match="no such file"):
+    with pytest.raises(FabricError, match="no such fabric JSON file"):
         load_fabric(tmp_path / "nope.json")
     with pytest.raises(FabricError, match="is a directory"):
         load_fabric(tmp_path)

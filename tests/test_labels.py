@@ -9,8 +9,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from geoconsole import cli_labels
-from geoconsole.exitcodes import ExitCode
+from geoconsole.cli import labels as cli_labels
+from geoconsole.cli.errors import exit_code_for
+from geoconsole.cli.exitcodes import ExitCode
+from geoconsole.errors import InputError
 from geoconsole.labels import (
     MAX_LABEL_CHARS,
     Label,
@@ -58,7 +60,7 @@ def test_invalid_values_name_the_field(value, match):
     with pytest.raises(LabelError, match=match) as err:
         validate_label("network_group", value, "hosts.toml: host h1")
     assert str(err.value).startswith("hosts.toml: host h1: network_group: ")
-    assert err.value.code == ExitCode.USAGE and isinstance(err.value, ValueError)
+    assert isinstance(err.value, InputError) and exit_code_for(err.value) == ExitCode.USAGE
 
 
 def test_unknown_field_and_source_are_refused():

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from geoconsole.cli import app
-from geoconsole.launch_export import parse
+from geoconsole.launch.export import parse
 
 FABRIC = {
     "labels": ["a", "a", "b", "b"],

@@ -13,8 +13,8 @@ import uuid
 import pytest
 
 from geoconsole.inventory import load_inventory
-from geoconsole.launch_plan import LaunchHost, build_plan
-from geoconsole.launch_run import resolve_interfaces, run_plan
+from geoconsole.launch.plan import LaunchHost, build_plan
+from geoconsole.launch.run import resolve_interfaces, run_plan
 from probes.ssh import SSHPool
 from solver.fabric import Device
 

@@ -7,7 +7,7 @@ import shlex
 import numpy as np
 import pytest
 
-from geoconsole.launch_plan import LaunchError, LaunchHost, build_plan, describe, quote
+from geoconsole.launch.plan import LaunchError, LaunchHost, build_plan, describe, quote
 from solver.fabric import Device
 
 DEVICES = [Device("a", 0), Device("a", 1), Device("b", 0), Device("b", 3)]

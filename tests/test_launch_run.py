@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from geoconsole.launch_plan import LaunchHost, build_plan
-from geoconsole.launch_run import SUPERVISOR, resolve_interfaces, run_plan
+from geoconsole.launch.plan import LaunchHost, build_plan
+from geoconsole.launch.run import SUPERVISOR, resolve_interfaces, run_plan
 from solver.fabric import Device
 
 
@@ -186,7 +186,7 @@ def test_plan_for_one_host_uses_loopback(rank_map):
 
 
 async def test_hosts_with_many_ranks_spread_over_several_connections():
-    from geoconsole.launch_run import RANKS_PER_CONNECTION, close_sessions, rank_sessions
+    from geoconsole.launch.run import RANKS_PER_CONNECTION, close_sessions, rank_sessions
 
     class Pool:
         def __init__(self):

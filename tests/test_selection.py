@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from geoconsole import cli_labels
+from geoconsole.cli import labels as cli_labels
 from geoconsole.demo_fabrics import worldwide_fabric
 from solver.fabric import Device, Fabric, load_fabric
 from solver.locality import location_key
@@ -230,7 +230,7 @@ def test_select_command_json_and_failures(app, tmp_path):
     r = CliRunner().invoke(app, ["select", "-m", str(src), "--pp", "2", "--dp", "2", "--regions", "eu,,us"])
     assert r.exit_code == 2 and "--regions: empty name" in r.output
     r = CliRunner().invoke(app, ["select", "-m", str(tmp_path / "nope.json"), "--pp", "2", "--dp", "2"])
-    assert r.exit_code == 2 and "nope.json: no such file" in r.output
+    assert r.exit_code == 2 and "nope.json: no such fabric JSON file" in r.output
 
 
 def test_any_policy_ignores_location_but_prefer_falls_back_tightly():
@@ -255,7 +255,7 @@ def test_select_command_reads_torch_versions_from_the_probe_meta(app, tmp_path):
 
 # -- prepare_for_solve: what solve calls before the search ------------------------
 def test_prepare_for_solve_selects_fills_and_seeds():
-    from geoconsole.errors import UserError
+    from geoconsole.prepare import UnmeasuredPairsError, prepare_for_solve
     from solver.cost import CostModel
     from solver.search import solve
     from solver.workload import Workload
@@ -265,17 +265,17 @@ def test_prepare_for_solve_selects_fills_and_seeds():
     for i, j in ((4, 5), (0, 1)):  # one pair inside zone eu-b, one in us-a
         a[i, j] = a[j, i] = b[i, j] = b[j, i] = np.nan
     holed = Fabric(a, b, f.labels, f.devices, source="fleet.json")
-    with pytest.raises(UserError, match=r"fleet.json: 1 unmeasured pairs \(w4:0-w5:0\); "
-                                        r"measure them or pass --fill-missing"):
-        cli_labels.prepare_for_solve(holed, 6)
-    prepared = cli_labels.prepare_for_solve(holed, 6, fill=True, estimates=["network_group=0.7,3"], learn=False)
+    with pytest.raises(UnmeasuredPairsError, match=r"fleet.json: 1 device pair unmeasured: w4:0 - w5:0; "
+                                                   r"measure them, or fill them with estimates"):
+        prepare_for_solve(holed, 6)
+    prepared = prepare_for_solve(holed, 6, fill_missing=True, estimates=["network_group=0.7,3"], learn=False)
     assert prepared.selection.summary == "same zone eu-b"
     assert prepared.fabric.n == 6 and prepared.filled_pairs == 1  # (0, 1) was filled but not selected
     assert prepared.fabric.alpha_ms[0, 1] == 0.7
-    assert prepared.lines() == [
-        "selected   6 devices (group_locality=prefer, level zone): same zone eu-b; 10 left out",
-        "estimated  1 pairs filled from labels and links, not measured",
-    ]
+    lines = prepared.lines()
+    assert lines[0] == "selected   6 devices (group_locality=prefer, level zone): same zone eu-b"
+    assert lines[-1] == "estimated  1 pair(s) filled from labels and links, not measured"
+    assert sum(int(x.split()[2]) for x in lines[1:-1]) == 10  # "left out   N device(s): why"
     assert all(sorted(o) == list(range(6)) for o in prepared.seed_orders)
     model = CostModel.from_fabric(prepared.fabric, Workload(2, 3, 0.1, 0.1))
     result = solve(model, seed=0, budget=200, restarts=0, seed_orders=prepared.seed_orders)
@@ -283,18 +283,18 @@ def test_prepare_for_solve_selects_fills_and_seeds():
 
 
 def test_prepare_for_solve_keeps_a_fabric_of_the_right_size_and_refuses_bad_flags():
-    from geoconsole.errors import UserError
+    from geoconsole.errors import InputError, PolicyError
+    from geoconsole.prepare import prepare_for_solve
 
-    same = cli_labels.prepare_for_solve(FLEET, 16)
+    same = prepare_for_solve(FLEET, 16)
     assert same.selection is None and same.fabric is FLEET and same.filled_pairs == 0
-    with pytest.raises(UserError, match="--estimate applies only with --fill-missing"):
-        cli_labels.prepare_for_solve(FLEET, 16, estimates=["zone=1,1"])
-    with pytest.raises(UserError, match="--group-locality: expected one of"):
-        cli_labels.prepare_for_solve(FLEET, 4, group_locality="rack")
-    with pytest.raises(UserError, match="group_locality=region: no region has 12 devices") as err:
-        cli_labels.prepare_for_solve(FLEET, 12, group_locality="region")
-    assert err.value.code == 1
-    only = cli_labels.prepare_for_solve(FLEET, 6, regions="us-a")
+    with pytest.raises(InputError, match="estimates apply only when unmeasured pairs are filled"):
+        prepare_for_solve(FLEET, 16, estimates=["zone=1,1"])
+    with pytest.raises(InputError, match="group locality: expected one of"):
+        prepare_for_solve(FLEET, 4, group_locality="rack")
+    with pytest.raises(PolicyError, match="group_locality=region: no region has 12 devices"):
+        prepare_for_solve(FLEET, 12, group_locality="region")
+    only = prepare_for_solve(FLEET, 6, regions=["us-a"])
     assert only.selection.summary == "same zone us-a"
 
 

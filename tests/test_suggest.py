@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from geoconsole import cli_labels
+from geoconsole.cli import labels as cli_labels
 from geoconsole.labels import LabelSet
 from solver.estimate import measured_mask
 from solver.fabric import Device, Fabric, load_fabric

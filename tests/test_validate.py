@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from geoconsole.validate import (
+from geoconsole.launch.validate import (
     Placement,
     compare,
     format_report,
@@ -56,7 +56,7 @@ def test_failed_placements_are_left_out_of_the_comparison():
 
 
 def format_report_for(ps):
-    from geoconsole.validate import ValidationReport
+    from geoconsole.launch.validate import ValidationReport
 
     rho, bad = compare(ps)
     return format_report(ValidationReport(ps, Workload(1, 1, 0.1, 0.1), 1.0, rho, bad, warning_for(rho, bad)))
@@ -79,7 +79,7 @@ def test_worker_output_marker_is_found_among_other_lines():
 
 def test_console_never_imports_the_worker_or_torch():
     code = (
-        "import sys, geoconsole.validate, geoconsole.cli_launch, geoconsole.launch_run;"
+        "import sys, geoconsole.launch.validate, geoconsole.cli.launch, geoconsole.launch.run;"
         "bad=[m for m in ('torch','probes.validate_worker','textual') if m in sys.modules];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
@@ -110,8 +110,8 @@ def _fleet_fabric(fleet) -> Fabric:
 @pytest.mark.fleet
 async def test_solved_placement_measures_faster_than_a_random_map(emulated_fleet):
     from geoconsole.inventory import load_inventory
-    from geoconsole.launch_plan import LaunchHost
-    from geoconsole.validate import run_validation
+    from geoconsole.launch.plan import LaunchHost
+    from geoconsole.launch.validate import run_validation
     from probes.ssh import SSHPool
 
     fleet = emulated_fleet

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
-from geoconsole.launch_plan import LaunchPlan, Process
+from geoconsole.launch.plan import LaunchPlan, Process
 
 #: Seconds between SIGTERM and SIGKILL when a rank is stopped.
 DEFAULT_GRACE_S = 5.0

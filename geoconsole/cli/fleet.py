@@ -13,12 +13,10 @@ from typing import Any, Optional
 
 import typer
 
-from geoconsole.errors import UserError, cli_errors
-from geoconsole.exitcodes import ExitCode
+from geoconsole.cli.errors import UserError, cli_errors
+from geoconsole.cli.exitcodes import ExitCode
 
-INVENTORY = typer.Option(..., "--inventory", "-i", help="Fleet inventory: TOML, or a hostfile ('host slots=N').")
-KNOWN_HOSTS = typer.Option(Path("~/.ssh/known_hosts"), "--known-hosts", help="known_hosts file to verify host keys against.")
-ACCEPT_NEW = typer.Option(False, "--accept-new", help="Trust hosts whose key is unknown and record their keys in known_hosts (a changed key is still refused).")
+from geoconsole.cli.options import ACCEPT_NEW, INVENTORY_REQUIRED as INVENTORY, JSON_OUT, KNOWN_HOSTS
 SSH_CONFIG = typer.Option(Path("~/.ssh/config"), "--ssh-config", help="OpenSSH client config whose Host aliases the inventory may use.")
 REGION = typer.Option(None, "--region", help="Region for hosts that have none (inventory, GCE metadata).")
 ZONE = typer.Option(None, "--zone", help="Zone for hosts that have none.")
@@ -32,10 +30,10 @@ def _load_inventory(path: Path, ssh_config: Path):
     return load_inventory(path, ssh_config=ssh_config)
 
 
-def _pool(known_hosts: Path, accept_new: bool, connect_timeout: float):
+def _pool(known_hosts: str, accept_new: bool, connect_timeout: float):
     from probes.ssh import SSHPool  # asyncssh: imported only by fleet commands
 
-    return SSHPool(known_hosts=known_hosts.expanduser(), accept_new=accept_new,
+    return SSHPool(known_hosts=Path(known_hosts).expanduser(), accept_new=accept_new,
                    connect_timeout=connect_timeout)
 
 
@@ -51,8 +49,8 @@ def _labels(region, zone, group) -> dict[str, Optional[str]]:
 
 def inventory_command(
     inventory: Path = INVENTORY,
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON document instead of a table."),
-    known_hosts: Path = KNOWN_HOSTS,
+    json_out: bool = JSON_OUT,
+    known_hosts: str = KNOWN_HOSTS,
     accept_new: bool = ACCEPT_NEW,
     ssh_config: Path = SSH_CONFIG,
     region: Optional[str] = REGION,
@@ -120,7 +118,7 @@ def _print_inventory(hosts, results) -> None:
 def probe_command(
     inventory: Path = INVENTORY,
     out: Path = typer.Option(..., "--out", "-o", help="Write the measured fabric JSON here."),
-    known_hosts: Path = KNOWN_HOSTS,
+    known_hosts: str = KNOWN_HOSTS,
     accept_new: bool = ACCEPT_NEW,
     ssh_config: Path = SSH_CONFIG,
     sizes_mb: str = typer.Option("0.25,1,4,16", "--sizes-mb", help="Payload sizes in MiB, comma separated (scaled down on slow links)."),

@@ -27,10 +27,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from geoconsole.launch_plan import LaunchHost, build_plan
+from geoconsole.launch.plan import LaunchHost, build_plan
 from solver.workload import Workload
 
-WORKER_FILE = Path(__file__).resolve().parent.parent / "probes" / "validate_worker.py"
+WORKER_FILE = Path(__file__).resolve().parents[2] / "probes" / "validate_worker.py"
 MARKER = "@@geoconsole-validate"
 #: Relative difference below which two figures count as equal (measurement noise).
 DEFAULT_TOLERANCE = 0.10
@@ -215,8 +215,8 @@ async def run_validation(
     """
     import asyncio
 
-    from geoconsole.launch_plan import default_backend
-    from geoconsole.launch_run import primary, resolve_interfaces, run_plan
+    from geoconsole.launch.plan import default_backend
+    from geoconsole.launch.run import primary, resolve_interfaces, run_plan
     from solver.cost import CostModel
 
     say = progress or (lambda _m: None)

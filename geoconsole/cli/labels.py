@@ -6,18 +6,16 @@ numpy/scipy and the solver only: nothing here imports textual or asyncssh.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
-from geoconsole.errors import UserError, cli_errors
-from geoconsole.exitcodes import ExitCode
-from solver.fabric import Fabric, FabricError, load_fabric
-
-MATRIX = typer.Option(..., "--matrix", "-m", help="Fabric JSON (labels, alpha_ms, beta_gbps, devices).")
-JSON_OUT = typer.Option(False, "--json", help="Print one JSON document instead of text.")
+from geoconsole.cli.errors import UserError, cli_errors, flag
+from geoconsole.cli.options import JSON_OUT, MATRIX, load_fabric
+from solver.fabric import Fabric
 
 labels_app = typer.Typer(
     name="labels",
@@ -29,18 +27,25 @@ labels_app = typer.Typer(
 )
 
 
-def _load(path: Path) -> Fabric:
-    try:
-        return load_fabric(path)
-    except FabricError as exc:
-        raise UserError(str(exc)) from None
+@contextmanager
+def _edit(matrix: Path, out: Path):
+    """The fabric at ``matrix`` and a function that writes the edited one to ``out``.
+
+    When ``out`` is ``matrix`` the file stays locked from read to write, so concurrent
+    edits of one fabric queue up instead of losing each other's changes.
+    """
+    from solver.fabric import FabricError, fabric_from_text
+    from solver.files import locked_update
+
+    if os.path.exists(out) and os.path.samefile(out, matrix):
+        with locked_update(matrix, "fabric JSON", error=FabricError) as (text, write):
+            yield fabric_from_text(text, str(matrix)), lambda f: write(_fabric_text(f))
+        return
+    yield load_fabric(matrix), lambda f: f.save(out)
 
 
-def _save(fabric: Fabric, path: Path) -> None:
-    try:
-        fabric.save(path)
-    except OSError as exc:
-        raise UserError(f"{path}: cannot write: {exc.strerror or exc}") from None
+def _fabric_text(fabric: Fabric) -> str:
+    return json.dumps(fabric.to_json(), indent=1) + "\n"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -54,13 +59,6 @@ def _devices(fabric: Fabric):
     from solver.selection import fabric_devices
 
     return fabric_devices(fabric)
-
-
-def torch_versions_of(fabric: Fabric) -> list[str | None] | None:
-    """Torch version per row as a probe sweep recorded it (solver.selection)."""
-    from solver.selection import torch_versions_of as from_meta
-
-    return from_meta(fabric)
 
 
 # -- labels show ---------------------------------------------------------------------
@@ -77,7 +75,7 @@ def show(matrix: Path = MATRIX, json_out: bool = JSON_OUT) -> None:
     from solver.estimate import estimated_pair_count
     from solver.locality import group_locality
 
-    fabric = _load(matrix)
+    fabric = load_fabric(matrix)
     devices = _devices(fabric)
     labels = LabelSet.from_fabric(fabric)
     whole = group_locality(devices, range(fabric.n))
@@ -142,18 +140,18 @@ def suggest(
         raise UserError("--apply needs --out FILE for the labelled fabric")
     if out is not None and not apply:
         raise UserError("--out is written only with --apply")
-    fabric = _load(matrix)
-    try:
-        found = suggest_network_groups(fabric, measured=measured_mask(fabric), min_gap=min_gap)
-    except ValueError as exc:
-        raise UserError(f"{matrix}: {exc}") from None
-    applied, kept = 0, []
-    if apply:
-        if fabric.devices is None:
-            raise UserError(f"{matrix}: devices: the fabric lists no devices to label")
-        labels = LabelSet.from_fabric(fabric)
-        applied, kept = apply_suggestions(labels, fabric.devices, found.changes, not keep_contradicting)
-        _save(labels.apply(fabric), out)
+    with _edit(matrix, out if apply else matrix) as (fabric, save):
+        try:
+            found = suggest_network_groups(fabric, measured=measured_mask(fabric), min_gap=min_gap)
+        except ValueError as exc:
+            raise UserError(f"{matrix}: {exc}") from None
+        applied, kept = 0, []
+        if apply:
+            if fabric.devices is None:
+                raise UserError(f"{matrix}: devices: the fabric lists no devices to label")
+            labels = LabelSet.from_fabric(fabric)
+            applied, kept = apply_suggestions(labels, fabric.devices, found.changes, not keep_contradicting)
+            save(labels.apply(fabric))
     if json_out:
         doc = found.to_json()
         doc["applied"] = applied
@@ -201,17 +199,26 @@ def set_labels(
 ) -> None:
     """Set labels as the operator (source: operator) on whole hosts, replacing
     per-GPU values, or with --gpu on one GPU of them."""
-    from geoconsole.labels import LabelSet, validate_label
+    from geoconsole.labels import validate_label
 
-    fabric = _load(matrix)
-    if fabric.devices is None:
-        raise UserError(f"{matrix}: devices: the fabric lists no devices to label")
     changes = {f: v for f, v in (("region", region), ("zone", zone), ("network_group", network_group))
                if v is not None}
     if not changes:
         raise UserError("nothing to set: give --region, --zone or --network-group")
     for field, value in changes.items():
         validate_label(field, value, "--" + field.replace("_", "-"))
+    with _edit(matrix, out) as (fabric, save):
+        _set_labels(fabric, save, matrix, host, gpu, changes)
+    what = ", ".join(f"{f}={v or '(cleared)'}" for f, v in changes.items())
+    typer.echo(f"set {what} on {len(host)} host{'s' if len(host) != 1 else ''}"
+               f"{f' (GPU {gpu})' if gpu is not None else ''}; wrote {out}")
+
+
+def _set_labels(fabric, save, matrix, host, gpu, changes) -> None:
+    from geoconsole.labels import LabelSet
+
+    if fabric.devices is None:
+        raise UserError(f"{matrix}: devices: the fabric lists no devices to label")
     known = {(d.host, d.gpu) for d in fabric.devices}
     for h in host:
         if not any(kh == h and (gpu is None or kg == gpu) for kh, kg in known):
@@ -220,10 +227,7 @@ def set_labels(
     labels = LabelSet.from_fabric(fabric)
     for field, value in changes.items():
         labels.set_many([(h, gpu) for h in host], field, value, "operator", replace_gpus=True)
-    _save(labels.apply(fabric, keep_unset=False), out)
-    what = ", ".join(f"{f}={v or '(cleared)'}" for f, v in changes.items())
-    typer.echo(f"set {what} on {len(host)} host{'s' if len(host) != 1 else ''}"
-               f"{f' (GPU {gpu})' if gpu is not None else ''}; wrote {out}")
+    save(labels.apply(fabric, keep_unset=False))
 
 
 # -- labels fill ---------------------------------------------------------------------
@@ -241,18 +245,17 @@ def fill(
     json_out: bool = JSON_OUT,
 ) -> None:
     """Fill unmeasured pairs from labels and GPU links; every filled pair is marked estimated."""
-    from solver.estimate import defaults_from_flags, estimated_pair_count, fill_missing
+    from geoconsole.prepare import fill as fill_pairs
+    from solver.estimate import estimated_pair_count
 
-    fabric = _load(matrix)
-    try:
-        defaults = defaults_from_flags(estimate, learn)
-    except ValueError as exc:
-        raise UserError(f"--estimate: {exc}") from None
-    try:
-        filled, count = fill_missing(fabric, defaults)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    _save(filled, out)
+    with _edit(matrix, out) as (fabric, save):
+        try:
+            filled, count = fill_pairs(fabric, estimate, learn)
+        except ValueError as exc:
+            if str(exc).startswith("estimate: "):
+                raise UserError(f"--{exc}") from None
+            raise
+        save(filled)
     total = estimated_pair_count(filled)
     if json_out:
         typer.echo(json.dumps({"out": str(out), "filled_pairs": count, "estimated_pairs": total}))
@@ -275,20 +278,17 @@ def select(
 ) -> None:
     """Choose which D_PP x D_DP devices take part (ADR-0021 group_locality) and say why
     the others are left out."""
-    from solver.estimate import links_from_meta
-    from solver.selection import POLICIES, SelectionError, select_devices
+    from geoconsole.prepare import parse_regions, select as select_rows, selected_fabric
+    from solver.selection import POLICIES
 
     if group_locality not in POLICIES:
         raise UserError(f"--group-locality: expected one of {', '.join(POLICIES)}, got {group_locality!r}")
-    wanted = _regions(regions)
-    fabric = _load(matrix)
-    try:
-        chosen = select_devices(fabric, pp * dp, group_locality, wanted, torch_versions_of(fabric),
-                                links_from_meta(fabric))
-    except SelectionError as exc:
-        raise UserError(f"{matrix}: {exc}", ExitCode.FAILED) from None
+    with flag("--regions"):
+        wanted = parse_regions(regions)
+    fabric = load_fabric(matrix)
+    chosen = select_rows(fabric, pp * dp, group_locality, wanted)
     if out is not None:
-        _save(selected_fabric(fabric, chosen), out)
+        selected_fabric(fabric, chosen).save(out, inputs=[("--matrix", matrix)])
     if json_out:
         doc = chosen.to_json()
         doc["devices"] = [fabric.device_name(i) for i in chosen.rows]
@@ -306,130 +306,6 @@ def select(
             typer.echo(f"  {row} {fabric.device_name(row)}: {why}")
     if out is not None:
         typer.echo(f"wrote {out} ({len(chosen.rows)} devices)")
-
-
-def _regions(text: str | None) -> list[str] | None:
-    if text is None:
-        return None
-    parts = [p.strip() for p in text.split(",")]
-    if not all(parts):
-        raise UserError(f"--regions: empty name in {text!r}; expected names separated by commas")
-    return parts
-
-
-def selected_fabric(fabric: Fabric, chosen) -> Fabric:
-    """The sub-fabric of the chosen rows, recording the selection in ``meta``."""
-    sub = fabric.subset(list(chosen.rows))
-    meta: dict[str, Any] = dict(sub.meta)
-    meta["selection"] = {
-        "from": fabric.source,
-        "from_sha256": fabric.sha256(),
-        "rows": list(chosen.rows),
-        "policy": chosen.policy,
-        "level": chosen.level,
-        "summary": chosen.summary,
-        "left_out": len(chosen.left_out),
-    }
-    sub.meta = meta
-    return sub
-
-
-@dataclass(eq=False)
-class Prepared:
-    """A fabric made ready for ``solve``: selected, filled, with label seed orders.
-
-    fabric:
-        What to solve on (the selected rows, estimates filled).
-    selection:
-        The Selection when rows were chosen (``fabric.subset`` of them), else None.
-    filled_pairs:
-        Pairs of ``fabric`` that are estimated, not measured (counted after selection).
-    seed_orders:
-        ``seed_orders_for(fabric)`` for ``solve(..., seed_orders=...)``.
-    """
-
-    fabric: Fabric
-    selection: Any
-    filled_pairs: int
-    seed_orders: list[list[int]]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "selection": None if self.selection is None else self.selection.to_json(),
-            "estimated_pairs": self.filled_pairs,
-        }
-
-    def lines(self) -> list[str]:
-        """Text for solve's output: what was selected and estimated."""
-        out = []
-        if self.selection is not None:
-            sel = self.selection
-            out.append(f"selected   {len(sel.rows)} devices (group_locality={sel.policy}, level {sel.level}): "
-                       f"{sel.summary}; {len(sel.left_out)} left out")
-        if self.filled_pairs:
-            out.append(f"estimated  {self.filled_pairs} pairs filled from labels and links, not measured")
-        return out
-
-
-def prepare_for_solve(
-    fabric: Fabric,
-    size: int,
-    *,
-    fill: bool = False,
-    estimates: list[str] | None = None,
-    learn: bool = True,
-    group_locality: str | None = None,
-    regions: str | None = None,
-) -> Prepared:
-    """Fill (when ``fill``) on the whole fabric, then choose ``size`` devices when the
-    fabric has more (or ``regions``/``group_locality`` ask), then seed orders.
-
-    Estimates learn from every measured pair, so filling comes before selecting; the
-    count is of estimated pairs among the selected rows. UserError (one line) for bad
-    flags, a fabric with unmeasured pairs and no ``fill``, or a policy that cannot be met.
-    """
-    from solver.estimate import (
-        defaults_from_flags,
-        estimated_pair_count,
-        fill_missing,
-        links_from_meta,
-        measured_mask,
-    )
-    from solver.orders import seed_orders_for
-    from solver.selection import POLICIES, SelectionError, select_devices
-
-    if estimates and not fill:
-        raise UserError("--estimate applies only with --fill-missing")
-    if group_locality is not None and group_locality not in POLICIES:
-        raise UserError(f"--group-locality: expected one of {', '.join(POLICIES)}, got {group_locality!r}")
-    if fill:
-        try:
-            defaults = defaults_from_flags(list(estimates or []), learn)
-        except ValueError as exc:
-            raise UserError(f"--estimate: {exc}") from None
-        try:
-            fabric, _ = fill_missing(fabric, defaults)
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
-    selection = None
-    if fabric.n > size or regions is not None or group_locality is not None:
-        try:
-            selection = select_devices(fabric, size, group_locality or "prefer", _regions(regions),
-                                       torch_versions_of(fabric), links_from_meta(fabric))
-        except SelectionError as exc:
-            raise UserError(f"{fabric.source}: {exc}", ExitCode.FAILED) from None
-        fabric = selected_fabric(fabric, selection)
-    missing = fabric.missing_pairs()
-    if missing:
-        shown = ", ".join(f"{fabric.device_name(i)}-{fabric.device_name(j)}" for i, j in missing[:5])
-        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-        raise UserError(f"{fabric.source}: {len(missing)} unmeasured pairs ({shown}{more}); "
-                        f"measure them or pass --fill-missing")
-    try:
-        count = estimated_pair_count(fabric)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    return Prepared(fabric, selection, count, seed_orders_for(fabric, measured_mask(fabric)))
 
 
 def register(app: typer.Typer) -> None:

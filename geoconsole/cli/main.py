@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 from typer._click import exceptions as click_exceptions  # typer vendors click
 
-from geoconsole import cli_fleet, cli_labels, cli_launch, cli_solve
+from geoconsole.cli import fleet as cli_fleet, labels as cli_labels, launch as cli_launch, solve as cli_solve
 
 
 def _one_line_usage_error(self: click_exceptions.UsageError, file=None) -> None:

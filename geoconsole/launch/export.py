@@ -28,7 +28,8 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
-from geoconsole.launch_plan import LaunchPlan, quote
+from geoconsole.errors import InputError
+from geoconsole.launch.plan import LaunchPlan, quote
 
 FORMATS = ("torchrun", "slurm", "rankfile", "json")
 
@@ -42,7 +43,7 @@ _RANKFILE_LINE = re.compile(
 )
 
 
-class ExportError(ValueError):
+class ExportError(InputError):
     """An export cannot be written or read back; one line naming the file and line."""
 
 

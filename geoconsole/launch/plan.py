@@ -36,6 +36,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from geoconsole.errors import InputError
+
 MODES = ("torchrun", "env")
 BACKENDS = ("nccl", "gloo", "nccl+gloo")
 DEFAULT_PORT = 29500
@@ -46,7 +48,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _IFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}\Z")
 
 
-class LaunchError(ValueError):
+class LaunchError(InputError):
     """A launch plan cannot be built; the message is one line naming the field or host."""
 
 

@@ -1,0 +1,295 @@
+"""Headless sub-commands: launch, export, validate.
+
+asyncssh is imported inside the commands that reach the fleet (``launch`` without
+``--dry-run``, ``validate``); ``export`` and ``launch --dry-run`` never touch it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from geoconsole.cli.errors import UserError, cli_errors
+from geoconsole.cli.exitcodes import ExitCode
+
+from geoconsole.cli.options import (ACCEPT_NEW, C_DP, C_PP, DP, DP_MSG, PP, PP_MSG, GROUP_LOCALITY, INVENTORY, INVENTORY_REQUIRED, JSON_OUT, KNOWN_HOSTS, MATRIX,
+                                    RANK_MAP, RECORD,
+                                    REGIONS, load_fabric)
+
+MODE = typer.Option("torchrun", "--mode", help="torchrun (static rendezvous, one agent per GPU) or env (RANK, WORLD_SIZE, ... set directly).")
+BACKEND = typer.Option(None, "--backend", help="nccl, gloo or nccl+gloo: which *_SOCKET_IFNAME to set (default: nccl on GPUs, gloo on CPU hosts).")
+PORT = typer.Option(29500, "--port", min=1, max=65535, help="Rendezvous port on rank 0's host.")
+INTERFACE = typer.Option(None, "--interface", help="Data interface for every host (else the inventory's; gloo: found with ip route get).")
+ENV = typer.Option(None, "--env", help="Extra KEY=VALUE for every rank (repeatable).")
+WORKDIR = typer.Option(None, "--workdir", help="Directory to cd into on every host.")
+
+
+def _solution(value: str, fabric):
+    """(fabric, ranks) of a --rank-map value (geoconsole.rank_maps)."""
+    from geoconsole.rank_maps import solution_for
+
+    return solution_for(value, fabric)
+
+
+def _append_record(path: Path, record: dict) -> None:
+    from geoconsole.records import append_record
+
+    append_record(path, record)
+
+
+def _inventory(path: Optional[Path]):
+    """(inventory or None, LaunchHost per name). Without an inventory, names are addresses."""
+    from geoconsole.inventory import load_inventory
+    from geoconsole.launch.plan import LaunchHost
+
+    if path is None:
+        return None, {}
+    inv = load_inventory(path)
+    return inv, {h.name: LaunchHost.from_inventory(h) for h in inv.hosts}
+
+
+def _hosts_for(fabric, hosts: dict, required: bool, inventory: Optional[Path]):
+    from geoconsole.launch.plan import LaunchHost
+
+    names = sorted({d.host for d in fabric.devices})
+    missing = [n for n in names if n not in hosts]
+    if missing and required:
+        where = f"{inventory}" if inventory else "--inventory"
+        raise UserError(f"{where}: host {missing[0]!r} of the fabric is not in the inventory")
+    return {**{n: LaunchHost(n, n) for n in missing}, **hosts}
+
+
+def _env(pairs: Optional[List[str]]) -> dict[str, str]:
+    out = {}
+    for item in pairs or []:
+        if "=" not in item:
+            raise UserError(f"--env {item!r}: expected KEY=VALUE")
+        k, v = item.split("=", 1)
+        out[k] = v
+    return out
+
+
+def _plan(fabric, ranks, hosts, command, *, mode, backend, port, workdir, env, interface, interfaces=None):
+    from geoconsole.launch.plan import build_plan
+
+    ifaces = dict(interfaces or {})
+    if interface:
+        ifaces["*"] = interface
+    return build_plan(ranks, fabric.devices, hosts, command, mode=mode, backend=backend,
+                      port=port, workdir=workdir, env=env, interfaces=ifaces)
+
+
+def launch_cmd(
+    command: List[str] = typer.Argument(None, help="The training command, after '--' (e.g. -- train.py --steps 100)."),
+    matrix: Path = MATRIX,
+    rank_map: str = RANK_MAP,
+    inventory: Optional[Path] = INVENTORY,
+    mode: str = MODE,
+    backend: Optional[str] = BACKEND,
+    port: int = PORT,
+    interface: Optional[str] = INTERFACE,
+    env: Optional[List[str]] = ENV,
+    workdir: Optional[str] = WORKDIR,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; start nothing."),
+    as_json: bool = JSON_OUT,
+    abort_on_failure: bool = typer.Option(True, "--abort-on-failure/--no-abort-on-failure", help="Stop every rank when one fails."),
+    grace: float = typer.Option(5.0, "--grace", min=0.0, help="Seconds between SIGTERM and SIGKILL when stopping ranks."),
+    record: Optional[Path] = RECORD,
+    known_hosts: str = KNOWN_HOSTS,
+    accept_new: bool = ACCEPT_NEW,
+) -> None:
+    """Launch the training command with the rank map: one process per GPU, explicit ranks."""
+    from geoconsole.launch.plan import describe
+
+    fabric = load_fabric(matrix, devices=True)
+    fabric, ranks = _solution(rank_map, fabric)
+    if not dry_run and inventory is None:
+        raise UserError("--inventory: needed to reach the hosts (use --dry-run to only print the plan)")
+    inv, hosts = _inventory(inventory)
+    hosts = _hosts_for(fabric, hosts, not dry_run, inventory)
+    opts = dict(mode=mode, backend=backend, port=port, workdir=workdir, env=_env(env), interface=interface)
+    plan = _plan(fabric, ranks, hosts, command or [], **opts)
+    if dry_run:
+        if as_json:
+            typer.echo(json.dumps(plan.to_json(), indent=1))
+        else:
+            typer.echo("\n".join(describe(plan)))
+        return
+    import asyncio
+
+    result, plan = asyncio.run(_launch(plan, fabric, ranks, hosts, inv, command or [], opts,
+                                       abort_on_failure, grace, known_hosts, accept_new, as_json))
+    if record is not None:
+        from geoconsole.launch.run import launch_record
+
+        _append_record(record, launch_record(plan, result, fabric_sha256=fabric.sha256()))
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), indent=1))
+    else:
+        for o in result.outcomes:
+            state = "ok" if o.ok else (o.error or f"exit {o.exit_status}")
+            typer.echo(f"rank {o.rank} {o.host}: {state}", err=True)
+        if result.reason:
+            typer.echo(f"aborted: {result.reason}", err=True)
+    if result.interrupted:
+        raise typer.Exit(int(ExitCode.INTERRUPTED))
+    if not result.ok:
+        # a rank that could not start or lost its connection is remote trouble; a rank
+        # that ran and exited non-zero is a failed result
+        remote = any(o.error for o in result.outcomes)
+        raise typer.Exit(int(ExitCode.REMOTE if remote else ExitCode.FAILED))
+
+
+async def _launch(plan, fabric, ranks, hosts, inv, command, opts, abort_on_failure, grace,
+                  known_hosts, accept_new, as_json):
+    from geoconsole.launch.flow import Reach, connect_and_run
+    from geoconsole.launch.run import default_sink
+
+    sink = default_sink
+    if as_json:  # keep stdout for the JSON document
+        def sink(p, stream, line):
+            print(f"[rank {p.rank} {p.host}] {line}", file=sys.stderr, flush=True)
+    reach = Reach({h.name: h for h in inv.hosts}, known_hosts, accept_new)
+    return await connect_and_run(
+        plan, reach, lambda found: _plan(fabric, ranks, hosts, command, **opts, interfaces=found),
+        sink=sink, abort_on_failure=abort_on_failure, grace_s=grace)
+
+
+def export_cmd(
+    matrix: Path = MATRIX,
+    rank_map: str = RANK_MAP,
+    fmt: str = typer.Option("json", "--format", "-f", help="torchrun | slurm | rankfile | json"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here (default: standard output)."),
+    command: List[str] = typer.Argument(None, help="The training command, after '--' (torchrun and json formats)."),
+    inventory: Optional[Path] = INVENTORY,
+    mode: str = MODE,
+    backend: Optional[str] = BACKEND,
+    port: int = PORT,
+    interface: Optional[str] = INTERFACE,
+    env: Optional[List[str]] = ENV,
+    workdir: Optional[str] = WORKDIR,
+) -> None:
+    """Export the rank map for other launchers: torchrun script, Slurm hostfile, rankfile, JSON."""
+    from geoconsole.launch.export import FORMATS, ExportError, export, parse, plan_slots
+    from solver.files import write_text
+
+    if fmt not in FORMATS:
+        raise UserError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    if fmt == "torchrun" and mode != "torchrun":
+        raise UserError("--format torchrun: needs --mode torchrun")
+    fabric = load_fabric(matrix, devices=True)
+    fabric, ranks = _solution(rank_map, fabric)
+    _inv, hosts = _inventory(inventory)
+    hosts = _hosts_for(fabric, hosts, False, inventory)
+    if not command and fmt in ("torchrun", "json"):
+        if fmt == "torchrun":
+            raise UserError("command: give the training command after '--' for a torchrun script")
+        command = ["<command>"]
+    plan = _plan(fabric, ranks, hosts, command or ["<command>"], mode=mode, backend=backend,
+                 port=port, workdir=workdir, env=_env(env), interface=interface)
+    text = export(plan, fmt)
+    if parse(text, fmt) != plan_slots(plan):  # an export must read back to the same mapping
+        raise ExportError(f"--format {fmt}: the export does not read back to the plan")
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    inputs = [("--matrix", matrix), ("--inventory", inventory)]
+    if Path(rank_map).exists():
+        inputs.append(("--rank-map", rank_map))
+    write_text(output, text, inputs=inputs, mode=0o755 if fmt == "torchrun" else None)
+    typer.echo(f"wrote {output} ({fmt}, {plan.world_size} ranks)", err=True)
+
+
+def validate_cmd(
+    matrix: Path = MATRIX,
+    inventory: Path = INVENTORY_REQUIRED,
+    c_pp: float = C_PP,
+    c_dp: float = C_DP,
+    pp: Optional[int] = PP,
+    dp: Optional[int] = DP,
+    pp_messages: float = PP_MSG,
+    dp_messages: float = DP_MSG,
+    rank_map: Optional[str] = typer.Option(None, "--rank-map", "-r", help="The solution to check (default: solve with --seed)."),
+    scale: float = typer.Option(1.0, "--scale", help="Multiply both payloads (e.g. 0.01 for a quick check)."),
+    steps: int = typer.Option(5, "--steps", min=1, help="Measured steps per placement (median reported)."),
+    warmup: int = typer.Option(1, "--warmup", min=0, help="Unmeasured steps first."),
+    random_maps: int = typer.Option(2, "--random", min=0, help="Random rank maps to measure."),
+    seed: int = typer.Option(0, "--seed", help="Solver seed (the alternate uses seed + 1) and random-map seed."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="gloo or nccl (default: nccl on GPUs, gloo on CPU hosts)."),
+    port: int = PORT,
+    timeout: float = typer.Option(300.0, "--timeout", min=1.0, help="Seconds one placement may take."),
+    as_json: bool = JSON_OUT,
+    record: Optional[Path] = RECORD,
+    known_hosts: str = KNOWN_HOSTS,
+    accept_new: bool = ACCEPT_NEW,
+    group_locality: Optional[str] = GROUP_LOCALITY,
+    regions: Optional[str] = REGIONS,
+) -> None:
+    """Measure the proxy step for several placements; compare with the model's ranking."""
+    import asyncio
+
+    from geoconsole.cli.solve import prepare_flags, workload_flags
+    from geoconsole.launch.validate import format_report
+
+    if not (scale > 0):
+        raise UserError(f"--scale: must be > 0, got {scale}")
+    fabric = load_fabric(matrix, devices=True)
+    solution = None
+    if rank_map:
+        fabric, solution = _solution(rank_map, fabric)
+    workload = workload_flags(fabric, pp, dp, c_pp, c_dp, pp_messages, dp_messages)
+    # the same preparation as solve: select D_PP x D_DP devices, seed orders
+    prepared = prepare_flags(fabric, workload, group_locality=group_locality, regions=regions,
+                             fill=False, estimates=None, learn=True)
+    if prepared.selection is not None and solution is not None:
+        raise UserError(f"--rank-map: {len(solution)} ranks for {fabric.n} devices; give the solve --json "
+                        "output (it names the selected rows) or --pp/--dp that use every device")
+    fabric = prepared.fabric
+    inv, hosts = _inventory(inventory)
+    hosts = _hosts_for(fabric, hosts, True, inventory)
+    report, notes = asyncio.run(_validate(
+        fabric, workload, hosts, inv, known_hosts, accept_new, scale=scale, steps=steps, warmup=warmup,
+        seed=seed, random_maps=random_maps, solution=solution, backend=backend, port=port,
+        timeout_s=timeout, solve_kwargs={"seed_orders": prepared.seed_orders},
+        progress=lambda m: typer.echo(m, err=True)))
+    if prepared.selection is not None:
+        notes = list(prepared.lines()) + list(notes)
+    if record is not None:
+        _append_record(record, {"kind": "validate", "fabric_sha256": fabric.sha256(), **report.to_json()})
+    if as_json:
+        typer.echo(json.dumps({**report.to_json(), "notes": list(notes)}, indent=1))
+    else:
+        typer.echo("\n".join(format_report(report, notes)))
+    if any(p.error == "interrupted" for p in report.placements):
+        raise typer.Exit(int(ExitCode.INTERRUPTED))
+    if any(p.error for p in report.placements):
+        raise typer.Exit(int(ExitCode.REMOTE))
+    if report.warning:
+        raise typer.Exit(int(ExitCode.FAILED))
+
+
+async def _validate(fabric, workload, hosts, inv, known_hosts, accept_new, **kwargs):
+    from collections import Counter
+
+    from geoconsole.errors import RemoteError
+    from geoconsole.launch.flow import Reach, connected
+    from geoconsole.launch.validate import run_validation
+
+    reach = Reach({h.name: h for h in inv.hosts}, known_hosts, accept_new)
+    async with connected(reach, Counter(d.host for d in fabric.devices)) as sessions:
+        try:
+            return await run_validation(fabric, workload, hosts, sessions, **kwargs)
+        except RuntimeError as exc:  # no route found on a host
+            raise RemoteError(str(exc)) from None
+
+
+def register(app: typer.Typer) -> None:
+    """Add launch, export and validate to ``app``."""
+    ctx = {"allow_extra_args": False, "ignore_unknown_options": False}
+    app.command("launch", context_settings=ctx)(cli_errors(launch_cmd))
+    app.command("export")(cli_errors(export_cmd))
+    app.command("validate")(cli_errors(validate_cmd))

@@ -1,0 +1,53 @@
+"""Options shared by several commands (one definition, one help text) and the loaders
+that turn them into core objects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+MATRIX = typer.Option(..., "--matrix", "-m",
+                      help="Fabric JSON (labels, alpha_ms, beta_gbps; devices name a host and GPU per row).")
+JSON_OUT = typer.Option(False, "--json", help="Print one JSON document instead of text.")
+INVENTORY = typer.Option(None, "--inventory", "-i",
+                         help="Fleet inventory (TOML or hostfile): addresses, users, keys, python.")
+INVENTORY_REQUIRED = typer.Option(..., "--inventory", "-i",
+                                  help="Fleet inventory (TOML or hostfile 'host slots=N'): addresses, users, keys, python.")
+RANK_MAP = typer.Option(..., "--rank-map", "-r",
+                        help="rank_map=(...) / '0,1,..' / a file holding either (or solve --json output).")
+PP = typer.Option(None, "--pp", min=1, help="Pipeline stages D_PP (default: devices / D_DP, or 8).")
+DP = typer.Option(None, "--dp", min=1, help="Data-parallel replicas D_DP (default: devices / D_PP).")
+C_PP = typer.Option(..., "--c-pp", min=0.0, help="Activation payload per stage boundary, decimal GB.")
+C_DP = typer.Option(..., "--c-dp", min=0.0, help="Stage gradient buffer entering the exchange, decimal GB.")
+PP_MSG = typer.Option(1.0, "--pp-messages", min=0.0, help="Transfers carrying c_pp.")
+DP_MSG = typer.Option(1.0, "--dp-messages", min=0.0, help="Transfers per peer per exchange round.")
+RECORD = typer.Option(None, "--record", help="Append a run record (JSON line) to this file.")
+KNOWN_HOSTS = typer.Option("~/.ssh/known_hosts", "--known-hosts", help="known_hosts file checked for host keys.")
+ACCEPT_NEW = typer.Option(False, "--accept-new",
+                          help="Trust and record unknown host keys (changed keys are always refused).")
+GROUP_LOCALITY = typer.Option(
+    None, "--group-locality",
+    help="When the fabric has more devices than D_PP x D_DP: prefer (default: tightest available), "
+         "network_group, zone, region (required), or any.")
+REGIONS = typer.Option(None, "--regions", help="Only devices whose region or zone is in this comma-separated list.")
+FILL_MISSING = typer.Option(False, "--fill-missing",
+                            help="Estimate unmeasured pairs from labels and topology (marked estimated).")
+ESTIMATE = typer.Option(
+    None, "--estimate",
+    help="LEVEL=ALPHA_MS,BETA_GBPS default for estimates (host, network_group, zone, region, any, or a "
+         "link class NV1/PIX/PXB/PHB/NODE/SYS); repeatable. Example: --estimate zone=0.5,5")
+LEARN = typer.Option(True, "--learn/--no-learn",
+                     help="Estimate from measured pairs at the same level before the defaults.")
+
+
+def load_fabric(path: Path, *, devices: bool = False):
+    """The fabric at ``path`` (FabricError, one line, when malformed). ``devices``: the
+    fabric must name a host per row (launch, export, validate)."""
+    from solver.fabric import FabricError, load_fabric as load
+
+    fabric = load(path)
+    if devices and fabric.devices is None:
+        raise FabricError(f"{path}: devices: the fabric names no host per row; "
+                          "measure it with the fleet or add devices")
+    return fabric

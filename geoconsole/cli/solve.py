@@ -1,0 +1,273 @@
+"""Headless sub-commands of the placement engine: solve, score, demo, selftest.
+
+Only numpy/scipy, rich and the solver are imported here: ``solve`` never pulls in
+asyncssh or textual.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from geoconsole.cli.errors import UserError, cli_errors, flag
+from geoconsole.cli.exitcodes import ExitCode
+
+from geoconsole.cli.options import (C_DP, C_PP, DP, DP_MSG, ESTIMATE, FILL_MISSING, GROUP_LOCALITY,
+                                    JSON_OUT, LEARN, MATRIX, PP, PP_MSG, RANK_MAP, RECORD, REGIONS,
+                                    load_fabric)
+from geoconsole.solving import MAX_BASELINE_SAMPLES
+
+
+def workload_flags(fabric, pp, dp, c_pp, c_dp, pp_messages, dp_messages):
+    """The workload from the flags (solve, score, validate): one reader for all three."""
+    from geoconsole.prepare import workload_for
+
+    try:
+        return workload_for(fabric.n, str(fabric.source), pp, dp, c_pp, c_dp, pp_messages, dp_messages)
+    except ValueError as exc:
+        raise UserError(f"{exc} (--pp, --dp)" if "D_PP" in str(exc) else str(exc)) from None
+
+
+def prepare_flags(fabric, workload, *, group_locality, regions, fill, estimates, learn):
+    """``prepare_for_solve`` with the flags that asked for each step named in errors."""
+    from geoconsole.cli.errors import exit_code_for
+    from geoconsole.prepare import UnmeasuredPairsError, parse_regions, prepare_for_solve
+
+    if estimates and not fill:
+        raise UserError("--estimate: applies only with --fill-missing")
+    with flag("--regions"):
+        wanted = parse_regions(regions)
+    try:
+        return prepare_for_solve(fabric, workload.n_devices, fill_missing=fill, estimates=estimates or (),
+                                 learn=learn, group_locality=group_locality, regions=wanted)
+    except UnmeasuredPairsError as exc:
+        raise UserError(f"{exc} (--fill-missing)") from None
+    except ValueError as exc:
+        where = "--estimate: " if str(exc).startswith("estimate:") else ""
+        if str(exc).startswith("group locality:"):
+            where = "--group-locality: "
+        text = str(exc).split(": ", 1)[1] if where else str(exc)
+        raise UserError(where + text, exit_code_for(exc)) from None
+
+
+@contextmanager
+def _interruptible():
+    """While active, Ctrl-C asks the solver to stop (via its callback) instead of killing it."""
+    state = {"stop": False}
+
+    def handler(signum, frame):
+        if state["stop"]:  # a second Ctrl-C: stop at once
+            raise KeyboardInterrupt
+        state["stop"] = True
+
+    try:
+        previous = signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread (tests): no handler
+        previous = None
+    try:
+        yield state
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def run_solve(model, options, *, progress: bool, seed_orders=None):
+    """The core solve with an optional rich progress bar on stderr.
+
+    Ctrl-C asks the search to stop (the best so far is kept) and skips the baselines
+    still to draw; a second Ctrl-C stops at once.
+    """
+    from geoconsole.solving import run_placement
+
+    with _interruptible() as state:
+        bar = task = None
+        if progress:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            bar = Progress(
+                TextColumn("solving"), BarColumn(), TextColumn("{task.fields[best]}"),
+                TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+            )
+            bar.start()
+            task = bar.add_task("solve", total=1.0, best="")
+
+        def callback(p):
+            if bar is not None:
+                done = p.nfev / max(p.budget, 1)
+                if options.time_limit:
+                    done = max(done, p.elapsed_s / options.time_limit)
+                bar.update(task, completed=min(done, 1.0), best=f"best {p.fun:.3f} s ({p.phase})")
+
+        try:
+            return run_placement(model, options, seed_orders=seed_orders, callback=callback,
+                                 should_stop=lambda: state["stop"])
+        finally:
+            if bar is not None:
+                bar.stop()
+
+
+def _emit(doc: dict, as_json: bool, text: str) -> None:
+    typer.echo(json.dumps(doc, indent=1) if as_json else text)
+
+
+def solve_cmd(
+    matrix: Path = MATRIX,
+    pp: Optional[int] = PP,
+    dp: Optional[int] = DP,
+    c_pp: float = C_PP,
+    c_dp: float = C_DP,
+    pp_messages: float = PP_MSG,
+    dp_messages: float = DP_MSG,
+    baseline_samples: int = typer.Option(200, "--baseline-samples", min=0, max=MAX_BASELINE_SAMPLES,
+                                         help="Random placements per baseline (they count against --time-limit)."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Random seed (same inputs + seed = same output)."),
+    budget: Optional[int] = typer.Option(None, "--budget", min=0, help="Most swaps to score (default grows with N)."),
+    restarts: int = typer.Option(8, "--restarts", min=0, help="Perturbed and random restarts after the topology seeds."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.001, help="Wall-clock limit in seconds; best so far is kept."),
+    as_json: bool = JSON_OUT,
+    record: Optional[Path] = RECORD,
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bar on stderr (default: when it is a terminal)."),
+    group_locality: Optional[str] = GROUP_LOCALITY,
+    regions: Optional[str] = REGIONS,
+    fill_missing: bool = FILL_MISSING,
+    estimate: Optional[list[str]] = ESTIMATE,
+    learn: bool = LEARN,
+) -> None:
+    """Solve the placement: print Comm, baselines, lower bound, locality and rank_map=(...)."""
+    from geoconsole.report import format_solve, solve_json
+    from geoconsole.solving import SolveOptions, cost_model
+
+    fabric = load_fabric(matrix)
+    workload = workload_flags(fabric, pp, dp, c_pp, c_dp, pp_messages, dp_messages)
+    prepared = prepare_flags(fabric, workload, group_locality=group_locality, regions=regions,
+                             fill=fill_missing, estimates=estimate, learn=learn)
+    model = cost_model(prepared.fabric, workload)
+    show = sys.stderr.isatty() if progress is None else progress
+    options = SolveOptions(seed, budget, restarts, time_limit, baseline_samples)
+    outcome = run_solve(model, options, progress=show, seed_orders=prepared.seed_orders)
+    doc = solve_json(prepared.fabric, model, outcome.result, outcome.baselines, outcome.bound)
+    doc.update(prepared.to_json())
+    text = "".join(line + "\n" for line in prepared.lines()) + format_solve(doc)
+    _emit(doc, as_json, text)
+    if record is not None:
+        _record_solve(record, doc)
+    from solver.search import CANCELLED
+
+    if outcome.result.status == CANCELLED:  # Ctrl-C: the best so far was printed and recorded
+        raise typer.Exit(int(ExitCode.INTERRUPTED))
+
+
+def _record_solve(path: Path, doc: dict) -> None:
+    from geoconsole.records import append_record
+
+    record = {
+        "kind": "solve",
+        "matrix_sha256": doc["fabric"]["sha256"],
+        "matrix": doc["fabric"]["source"],
+        "workload": doc["workload"],
+        "seed": doc["search"]["seed"],
+        "budget": doc["search"]["budget"],
+        "restarts": doc["search"]["restarts"],
+        "status": doc["search"]["message"],
+        "score_s": doc["score"]["comm_s"],
+        "data_p_s": doc["score"]["data_p_s"],
+        "pipeline_s": doc["score"]["pipeline_s"],
+        "lower_bound_s": doc["lower_bound"]["comm_s"],
+        "baselines": doc["baselines"],
+        "rank_map": doc["rank_map"],
+        "estimated_pairs": doc.get("estimated_pairs", 0),
+    }
+    if "selection" in doc:
+        record["selection"] = doc["selection"]
+    try:
+        append_record(path, record)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write run record: {exc.strerror or exc}") from None
+
+
+def score_cmd(
+    matrix: Path = MATRIX,
+    rank_map: str = RANK_MAP,
+    pp: Optional[int] = PP,
+    dp: Optional[int] = DP,
+    c_pp: float = C_PP,
+    c_dp: float = C_DP,
+    pp_messages: float = PP_MSG,
+    dp_messages: float = DP_MSG,
+    as_json: bool = JSON_OUT,
+) -> None:
+    """Score a given rank map on a fabric, as launched (to compare placements)."""
+    from solver.cost import grid_from_rank_map
+
+    from geoconsole.report import format_rank_map, format_score, score_json
+
+    from geoconsole.rank_maps import solution_for
+    from geoconsole.solving import cost_model
+
+    fabric = load_fabric(matrix)
+    fabric, ranks = solution_for(rank_map, fabric)
+    workload = workload_flags(fabric, pp, dp, c_pp, c_dp, pp_messages, dp_messages)
+    model = cost_model(fabric, workload)
+    try:
+        grid_from_rank_map(ranks, workload.d_pp, workload.d_dp)
+    except ValueError as exc:
+        raise UserError(f"--rank-map: {exc}") from None
+    doc = score_json(fabric, model.score_rank_map(ranks))
+    _emit(doc, as_json, "\n".join(format_score(doc) + [format_rank_map(doc["rank_map"])]))
+
+
+def demo_cmd(
+    baseline_samples: int = typer.Option(200, "--baseline-samples", min=0, max=MAX_BASELINE_SAMPLES,
+                                         help="Random placements per baseline."),
+    seed: int = typer.Option(7, "--seed", min=0, help="Random seed."),
+    as_json: bool = JSON_OUT,
+) -> None:
+    """Solve the built-in world-wide DT-FM fabric and a synthetic two-datacenter one."""
+    from geoconsole.demo_fabrics import DEMOS
+    from geoconsole.prepare import prepare_for_solve
+    from geoconsole.report import solve_json
+    from geoconsole.solving import SolveOptions, cost_model
+
+    docs = {}
+    for name, (make, workload) in DEMOS.items():
+        prepared = prepare_for_solve(make(), workload.n_devices)
+        fabric = prepared.fabric
+        model = cost_model(fabric, workload)
+        outcome = run_solve(model, SolveOptions(seed=seed, baseline_samples=baseline_samples),
+                            progress=False, seed_orders=prepared.seed_orders)
+        docs[name] = solve_json(fabric, model, outcome.result, outcome.baselines, outcome.bound)
+        docs[name]["synthetic"] = bool(fabric.meta.get("synthetic"))
+    if as_json:
+        typer.echo(json.dumps(docs, indent=1))
+        return
+    for name, doc in docs.items():
+        tag = "  [SYNTHETIC example, made up for the demo]" if doc["synthetic"] else ""
+        typer.echo(f"{name}{tag}: {doc['fabric']['source']}")
+        typer.echo(f"  placement score  {doc['score']['comm_s']:.2f} s")
+        for b in doc["baselines"]:
+            typer.echo(f"  {b['name']:<20} median {b['median']:.2f} s  ->  {b['ratio_median']:.2f}x")
+        typer.echo(f"  lower bound      {doc['lower_bound']['comm_s']:.2f} s")
+
+
+def selftest_cmd() -> None:
+    """Check the exact solvers against brute force, symmetrisation and input validation."""
+    from geoconsole.selftest import run_selftest
+
+    ok = run_selftest(typer.echo)
+    if not ok:
+        raise typer.Exit(int(ExitCode.FAILED))
+
+
+def register(app: typer.Typer) -> None:
+    """Add solve, score, demo and selftest to ``app``."""
+    app.command("solve")(cli_errors(solve_cmd))
+    app.command("score")(cli_errors(score_cmd))
+    app.command("demo")(cli_errors(demo_cmd))
+    app.command("selftest")(cli_errors(selftest_cmd))

@@ -1,0 +1,94 @@
+"""The one launch flow: connect, find data interfaces, open enough channels, run, close.
+
+Used by ``launch``, the console's Launch screen and ``validate`` (for each placement it
+measures). Every step's remote failure becomes a :class:`~geoconsole.errors.RemoteError`
+naming the host; every connection opened here is closed on the way out, whatever
+happens (a failed rank, Ctrl-C, a cancelled worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable, Mapping
+
+from geoconsole.errors import RemoteError
+from geoconsole.launch.plan import LaunchPlan
+
+
+@dataclass(frozen=True)
+class Reach:
+    """How to reach the fleet: the inventory's hosts and the host-key policy."""
+
+    ssh_hosts: Mapping[str, Any]
+    known_hosts: str | None = None
+    accept_new: bool = False
+
+
+@asynccontextmanager
+async def connected(reach: Reach, counts: Mapping[str, int]) -> AsyncIterator[dict[str, list[Any]]]:
+    """Sessions for every host of ``counts`` (host -> ranks): one connection per
+    RANKS_PER_CONNECTION ranks, as sshd's MaxSessions requires. Closed on exit."""
+    from geoconsole.launch.run import close_sessions, sessions_for_counts
+    from probes.ssh import SSHError, SSHPool  # asyncssh: only where hosts are reached
+
+    missing = sorted(h for h in counts if h not in reach.ssh_hosts)
+    if missing:
+        raise RemoteError(f"host {missing[0]!r} of the fabric is not in the inventory")
+    options: dict[str, Any] = {"accept_new": reach.accept_new}
+    if reach.known_hosts:
+        options["known_hosts"] = reach.known_hosts
+    pool = SSHPool(**options)
+    sessions: dict[str, list[Any]] = {}
+    try:
+        try:
+            await asyncio.gather(*(pool.session(reach.ssh_hosts[h]) for h in counts))
+            sessions = await sessions_for_counts(pool, reach.ssh_hosts, counts)
+        except SSHError as exc:
+            raise RemoteError(str(exc)) from None
+        yield sessions
+    finally:
+        close_sessions(sessions)
+        await pool.close()
+
+
+async def with_interfaces(plan: LaunchPlan, sessions: Mapping[str, Any],
+                          rebuild: Callable[[dict[str, str]], LaunchPlan]) -> LaunchPlan:
+    """The plan with every open gloo interface found by ``ip route get`` on its host."""
+    from geoconsole.launch.run import resolve_interfaces
+    from probes.ssh import SSHError
+
+    if "gloo" not in plan.backend or all(p.interface is not None for p in plan.processes):
+        return plan
+    try:
+        found = await resolve_interfaces(plan, sessions)
+    except (RuntimeError, SSHError) as exc:
+        raise RemoteError(str(exc)) from None
+    return rebuild(found)
+
+
+async def connect_and_run(plan: LaunchPlan, reach: Reach, rebuild: Callable[[dict[str, str]], LaunchPlan], *,
+                          sink=None, abort_on_failure: bool = True, grace_s: float | None = None,
+                          on_step: Callable[[str], None] = lambda _m: None):
+    """Run ``plan`` on the fleet: ``(result, final plan)``.
+
+    ``rebuild(interfaces)`` makes the plan again with the interfaces found on the hosts
+    (``build_plan`` with the caller's options). ``on_step`` hears "connecting", "starting".
+    """
+    from geoconsole.launch.run import DEFAULT_GRACE_S, default_sink, run_plan
+    from probes.ssh import SSHError
+
+    counts = Counter(p.host for p in plan.processes)
+    on_step(f"connecting to {len(counts)} hosts")
+    async with connected(reach, counts) as sessions:
+        plan = await with_interfaces(plan, sessions, rebuild)
+        on_step(f"starting {plan.world_size} ranks")
+        try:
+            result = await run_plan(plan, sessions, abort_on_failure=abort_on_failure,
+                                    sink=sink or default_sink,
+                                    grace_s=DEFAULT_GRACE_S if grace_s is None else grace_s)
+        except SSHError as exc:
+            raise RemoteError(str(exc)) from None
+    return result, plan

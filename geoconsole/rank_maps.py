@@ -1,0 +1,95 @@
+"""Reading a rank map given by the operator: one reader for score, launch, export, validate.
+
+Accepted: ``rank_map=(...)`` (solve's text output, anywhere in the text), a JSON list of
+ranks, solve's ``--json`` document, or plain ``"0,1,2,..."``; each either inline or in a
+file. A ``--json`` document that selected a subset of the fabric's devices
+(``selection.rows``) applies to those rows: :func:`solution_for` narrows the fabric.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from geoconsole.errors import InputError
+
+_RANK_MAP_TEXT = re.compile(r"rank_map=\(([^)]*)\)")
+_INLINE = re.compile(r"[\d,\s]+")
+#: Largest rank map accepted (a fabric this large would not fit in memory anyway).
+MAX_RANKS = 1_000_000
+
+
+def rank_map_text(value: str) -> tuple[str, str]:
+    """``(text, source)`` of a rank map value: the value itself, or the file it names."""
+    if _INLINE.fullmatch(value) or "rank_map=" in value:
+        return value, "rank map"
+    from solver.files import read_text
+
+    return read_text(Path(value), "rank map"), value
+
+
+def _ranks(items: list[Any], source: str) -> list[int]:
+    if len(items) > MAX_RANKS:
+        raise InputError(f"{source}: {len(items)} ranks; at most {MAX_RANKS}")
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in items):
+        raise InputError(f"{source}: rank_map: expected whole numbers")
+    return items
+
+
+def parse_rank_map(text: str, source: str) -> tuple[list[int], Any]:
+    """``(ranks, document or None)`` from any accepted form (InputError naming ``source``)."""
+    text = text.strip()
+    found = _RANK_MAP_TEXT.search(text)
+    expected = f"{source}: expected rank_map=(...), a JSON list of ranks, or solve --json output"
+    if found:
+        parts = found.group(1).replace(",", " ").split()
+        if not all(p.isascii() and p.isdigit() and len(p) <= 9 for p in parts):
+            raise InputError(expected)
+        return _ranks([int(p) for p in parts], source), None
+    if text.startswith(("[", "{")):
+        from solver.files import parse_json
+
+        doc = parse_json(text, source)
+        ranks = doc.get("rank_map") if isinstance(doc, dict) else doc
+        if not isinstance(ranks, list):
+            raise InputError(expected)
+        return _ranks(ranks, f"{source}: rank_map" if isinstance(doc, dict) else source), doc
+    parts = text.replace(",", " ").split()
+    if not parts or not all(p.isascii() and p.isdigit() and len(p) <= 9 for p in parts):
+        raise InputError(expected)
+    return _ranks([int(p) for p in parts], source), None
+
+
+def selected_rows(doc: Any, source: str, n_fabric: int, n_ranks: int) -> list[int] | None:
+    """The ``selection.rows`` of a solve --json document, validated, or None."""
+    if not isinstance(doc, dict) or doc.get("selection") is None:
+        return None
+    selection = doc["selection"]
+    rows = selection.get("rows") if isinstance(selection, dict) else None
+    where = f"{source}: selection.rows"
+    if not isinstance(rows, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in rows):
+        raise InputError(f"{where}: expected a list of row numbers")
+    if len(rows) != n_ranks:
+        raise InputError(f"{where}: {len(rows)} rows for {n_ranks} ranks")
+    bad = [r for r in rows if not 0 <= r < n_fabric]
+    if bad:
+        raise InputError(f"{where}: row {bad[0]} is outside the fabric's {n_fabric} devices")
+    if len(set(rows)) != len(rows):
+        seen: set[int] = set()
+        twice = next(r for r in rows if r in seen or seen.add(r))
+        raise InputError(f"{where}: row {twice} appears twice")
+    return rows
+
+
+def solution_for(value: str, fabric):
+    """``(fabric, ranks)``: the rank map ``value`` names, on the rows it applies to."""
+    text, source = rank_map_text(value)
+    ranks, doc = parse_rank_map(text, source)
+    if len(ranks) != fabric.n:
+        rows = selected_rows(doc, source, fabric.n, len(ranks))
+        if rows is not None:
+            fabric = fabric.subset(rows)
+    if len(ranks) != fabric.n:
+        raise InputError(f"{source}: {len(ranks)} ranks for {fabric.n} devices in the fabric")
+    return fabric, ranks

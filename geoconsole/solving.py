@@ -1,0 +1,117 @@
+"""Solving a prepared fabric: the search, the lower bound and the random baselines.
+
+The one path for ``solve``, ``demo`` and the console's Solve screen. A stop request
+(Ctrl-C in the CLI, Cancel in the console) ends the search with the best placement so
+far and skips the baselines still to draw; the finished search is always returned, so a
+stop that arrives after the search never loses its result. Baselines count against the
+time limit: they are drawn in chunks and stop once it has passed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from geoconsole.errors import InputError
+from solver.fabric import Fabric
+from solver.workload import Workload
+
+#: Most random placements per baseline: a billion samples would run for days.
+MAX_BASELINE_SAMPLES = 100_000
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    """How long and how hard to search (solver.search.solve's keywords)."""
+
+    seed: int = 0
+    budget: int | None = None
+    restarts: int = 8
+    time_limit: float | None = None
+    baseline_samples: int = 200
+
+
+@dataclass(eq=False)
+class SolveOutcome:
+    """What a solve produced: the search result, the bound and the baselines drawn."""
+
+    model: Any
+    result: Any
+    bound: Any
+    baselines: list[Any] = field(default_factory=list)
+    #: Baselines left out or cut short by a stop request or the time limit.
+    baselines_cut: bool = False
+
+
+def cost_model(fabric: Fabric, workload: Workload):
+    """The cost model of ``workload`` on ``fabric``; InputError when they do not fit."""
+    from solver.cost import CostModel
+
+    try:
+        return CostModel.from_fabric(fabric, workload)
+    except ValueError as exc:
+        raise InputError(f"{fabric.source}: {exc}") from None
+
+
+def check_baseline_samples(samples: int) -> int:
+    if not 0 <= samples <= MAX_BASELINE_SAMPLES:
+        raise InputError(f"baseline samples: expected 0-{MAX_BASELINE_SAMPLES}, got {samples}")
+    return samples
+
+
+def run_placement(
+    model: Any,
+    options: SolveOptions,
+    *,
+    seed_orders: list[list[int]] | None = None,
+    callback: Callable[[Any], None] | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> SolveOutcome:
+    """Search, bound and baselines for ``model`` (see the module text for stopping)."""
+    from solver.bounds import lower_bound
+    from solver.search import solve
+
+    check_baseline_samples(options.baseline_samples)
+    started = time.monotonic()
+
+    def checked(progress: Any) -> None:
+        if callback is not None:
+            callback(progress)
+        if should_stop():
+            raise StopIteration
+
+    try:
+        result = solve(model, seed=options.seed, budget=options.budget, restarts=options.restarts,
+                       time_limit=options.time_limit, callback=checked, seed_orders=seed_orders)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    deadline = None if options.time_limit is None else started + options.time_limit
+    baselines, cut = draw_baselines(model, options.baseline_samples, options.seed,
+                                    deadline=deadline, should_stop=should_stop)
+    return SolveOutcome(model, result, lower_bound(model), baselines, cut)
+
+
+def draw_baselines(model: Any, samples: int, seed: int, *, deadline: float | None = None,
+                   should_stop: Callable[[], bool] = lambda: False) -> tuple[list[Any], bool]:
+    """Both random baselines, ``samples`` each unless stopped or past ``deadline``.
+
+    Returns ``(distributions, cut)``; a baseline with no sample drawn is left out.
+    """
+    from solver.baselines import random_rank_maps, random_stage_groups
+
+    def keep_going() -> bool:
+        return not should_stop() and (deadline is None or time.monotonic() < deadline)
+
+    out, cut = [], False
+    for sampler in (random_stage_groups, random_rank_maps):
+        if samples == 0:
+            break
+        if not keep_going():
+            cut = True
+            break
+        dist = sampler(model, samples, seed, keep_going)
+        cut = cut or dist.values.size < samples
+        if dist.values.size:
+            out.append(dist)
+    return out, cut
