@@ -28,11 +28,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable, Sequence
 
 from geoconsole.errors import InputError
+from solver import names as name_rules
 from solver.fabric import Device, Fabric
 
 FIELDS: tuple[str, ...] = ("region", "zone", "network_group")
 SOURCES: tuple[str, ...] = ("inventory", "detected", "flag", "operator", "suggested")
-MAX_LABEL_CHARS = 63
+MAX_LABEL_CHARS = name_rules.MAX_LABEL_CHARS
 #: ``meta["hosts"][host]["location_source"]`` of a probe sweep -> label source.
 _PROBE_SOURCES = {"inventory": "inventory", "gce": "detected", "flags": "flag", "flag": "flag",
                   "detected": "detected", "operator": "operator"}
@@ -46,18 +47,8 @@ def label_problem(field: str, value: Any) -> str | None:
     """Why ``value`` is not a valid ``field`` label, or None when it is (None/"" clear)."""
     if field not in FIELDS:
         return f"{field!r} is not a label; expected one of {', '.join(FIELDS)}"
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        return f"{field}: expected text, got {type(value).__name__}"
-    if len(value) > MAX_LABEL_CHARS:
-        return f"{field}: at most {MAX_LABEL_CHARS} characters, got {len(value)}"
-    for ch in value:
-        if ch.isspace():
-            return f"{field}: no spaces or other whitespace allowed in {value!r}"
-        if not ch.isprintable():
-            return f"{field}: control or unprintable character {ch!r} in {value!r}"
-    return None
+    why = name_rules.label_problem(value)
+    return None if why is None else f"{field}: {why}"
 
 
 def validate_label(field: str, value: Any, where: str = "") -> Any:

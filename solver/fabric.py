@@ -31,6 +31,9 @@ import numpy as np
 #: mistake, and would overflow the cost arithmetic long before it meant anything.
 MAX_ALPHA_MS = 1.0e6
 MAX_BETA_GBPS = 1.0e6
+#: Slowest link accepted: 1 kbit/s. Anything slower is a unit mistake, and a bandwidth
+#: near zero (1e-320) would overflow the transfer times to infinity.
+MIN_BETA_GBPS = 1.0e-6
 
 
 class FabricError(ValueError):
@@ -223,13 +226,15 @@ def _check_arrays(f: Fabric) -> None:
         ("alpha_ms", f.alpha_ms, f.alpha_ms > MAX_ALPHA_MS, f"latency above {MAX_ALPHA_MS:g} ms"),
         ("beta_gbps", f.beta_gbps, np.isinf(f.beta_gbps), "must be finite"),
         ("beta_gbps", f.beta_gbps, (f.beta_gbps <= 0) & off, "bandwidth must be > 0 off the diagonal"),
+        ("beta_gbps", f.beta_gbps, (f.beta_gbps < MIN_BETA_GBPS) & off,
+         f"bandwidth below {MIN_BETA_GBPS:g} Gbps (1 kbit/s); check the units"),
         ("beta_gbps", f.beta_gbps, f.beta_gbps > MAX_BETA_GBPS, f"bandwidth above {MAX_BETA_GBPS:g} Gbps"),
     )
     for name, m, bad, why in checks:
         bad = bad & off
         if bad.any():
             i, j = (int(v) for v in np.argwhere(bad)[0])
-            raise FabricError(f"{src}: {name}[{i}][{j}]: {why}, got {m[i, j]!r}")
+            raise FabricError(f"{src}: {name}[{i}][{j}]: {why}, got {float(m[i, j]):g}")
     nan_a, nan_b = np.isnan(f.alpha_ms) & off, np.isnan(f.beta_gbps) & off
     if (nan_a != nan_b).any():
         i, j = (int(v) for v in np.argwhere(nan_a != nan_b)[0])
@@ -262,22 +267,47 @@ def _parse_matrix(raw: Any, name: str, n: int, src: str) -> np.ndarray:
     return out
 
 
+#: Fields a device entry may have.
+_DEVICE_KEYS = frozenset({"host", "gpu", "region", "zone", "network_group"})
+#: Top-level fields a fabric may have: the spec's three, the optional ones, and the
+#: per-pair fields written by probe sweeps (fit quality, interface) and by estimates.
+_FABRIC_KEYS = frozenset({"labels", "alpha_ms", "beta_gbps", "devices", "meta", "measured_at",
+                          "fit_r2", "fit_flag", "probe_interface", "estimated", "estimate_basis",
+                          "inferred", "inferred_spread"})
+
+
+def _nearest(key: str, known) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _parse_devices(raw: Any, n: int, src: str) -> tuple[Device, ...]:
     if not isinstance(raw, list) or len(raw) != n:
         got = len(raw) if isinstance(raw, list) else type(raw).__name__
         raise FabricError(f"{src}: devices: expected a list of {n} entries, got {got}")
     out = []
+    from solver.names import label_problem, name_problem
+
     for i, d in enumerate(raw):
-        if not isinstance(d, dict) or not isinstance(d.get("host"), str) or not d["host"]:
+        if not isinstance(d, dict) or "host" not in d:
             raise FabricError(f"{src}: devices[{i}]: expected an object with a host name")
+        unknown = sorted(set(d) - _DEVICE_KEYS)
+        if unknown:
+            raise FabricError(f"{src}: devices[{i}]: unknown field {unknown[0]!r}{_nearest(unknown[0], _DEVICE_KEYS)}")
+        why = name_problem(d["host"])
+        if why:
+            raise FabricError(f"{src}: devices[{i}].host: {why}")
         gpu = d.get("gpu")
         if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0):
             raise FabricError(f"{src}: devices[{i}].gpu: expected an index >= 0 or null, got {gpu!r}")
         values = {}
         for key in ("region", "zone", "network_group"):
             v = d.get(key)
-            if v is not None and not isinstance(v, str):
-                raise FabricError(f"{src}: devices[{i}].{key}: expected a string or null")
+            why = label_problem(v)
+            if why:
+                raise FabricError(f"{src}: devices[{i}].{key}: {why}")
             values[key] = v or None
         out.append(Device(host=d["host"], gpu=gpu, **values))
     return tuple(out)
@@ -290,9 +320,16 @@ def fabric_from_json(doc: Any, source: str = "<fabric>") -> Fabric:
     for key in ("labels", "alpha_ms", "beta_gbps"):
         if key not in doc:
             raise FabricError(f"{source}: missing field '{key}'")
+    unknown = sorted(k for k in doc if k not in _FABRIC_KEYS)
+    if unknown:
+        raise FabricError(f"{source}: unknown field {unknown[0]!r}{_nearest(unknown[0], _FABRIC_KEYS)}")
     labels = doc["labels"]
     if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
         raise FabricError(f"{source}: labels: expected a list of strings")
+    for i, label in enumerate(labels):
+        if not label or len(label) > 512 or not label.isprintable():
+            raise FabricError(f"{source}: labels[{i}]: expected a printable name of 1-512 characters, "
+                              f"got {label[:80]!r}")
     n = len(labels)
     if n < 1:
         raise FabricError(f"{source}: labels: needs at least one device")

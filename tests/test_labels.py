@@ -198,7 +198,7 @@ def test_labels_show_command(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"labels": ["a"], "alpha_ms": [[0]], "beta_gbps": [[0]], "devices": [{"host": ""}]}')
     r = CliRunner().invoke(app, ["labels", "show", "--matrix", str(bad)])
-    assert r.exit_code == 2 and r.output.strip() == f"error: {bad}: devices[0]: expected an object with a host name"
+    assert r.exit_code == 2 and r.output.strip() == f"error: {bad}: devices[0].host: expected a host name, got an empty string"
 
 
 def test_probe_location_sources_become_label_sources():
@@ -302,4 +302,4 @@ def test_a_fabric_with_an_invalid_label_is_a_one_line_error(tmp_path):
     fabric_of((Device("h1", 0, "eu west"), Device("h2", 0, "eu"))).save(path)
     r = CliRunner().invoke(app, ["labels", "show", "-m", str(path)])
     assert r.exit_code == 2
-    assert r.output == f"error: {path}: devices: h1: region: no spaces or other whitespace allowed in 'eu west'\n"
+    assert r.output == f"error: {path}: devices[0].region: no spaces or other whitespace allowed in 'eu west'\n"

@@ -115,7 +115,7 @@ _SCRIPT_HEAD = """\
 #!/usr/bin/env bash
 # One torchrun per GPU with its explicit global rank (static rendezvous,
 # --nproc-per-node=1, --node-rank = global rank). Written by geoconsole export.
-# Rendezvous: {master_addr}:{port} on {master_host}, the host of rank 0.
+# Rendezvous: {master_addr} port {port} on {master_host}, the host of rank 0.
 # rank_map (fabric row -> global rank): {rank_map}
 set -u -o pipefail
 pids=()
@@ -126,11 +126,19 @@ stop() {{
     exit 130
 }}
 trap stop INT TERM
+# prefix TEXT: copy standard input to standard output, TEXT and a space before each
+# line (TEXT is data: it is printed, never interpreted), a trailing CR dropped.
+prefix() {{
+    local line
+    while IFS= read -r line || [ -n "$line" ]; do
+        printf '%s %s\n' "$1" "${{line%$'\r'}}"
+    done
+}}
 # launch RANK HOST GPU DEVICE DESTINATION SSH_PORT REMOTE_COMMAND
 # SSH overrides the ssh command and its options, e.g. SSH="ssh -i ~/.ssh/train_key".
 launch() {{
-    ${{SSH:-ssh}} -tt -o BatchMode=yes -p "$6" "$5" "$7" \\
-        > >(sed -u "s/\\r\\$//; s/^/[rank $1 $2] /") 2>&1 < /dev/null &
+    ${{SSH:-ssh}} -tt -o BatchMode=yes -p "$6" -- "$5" "$7" \
+        > >(prefix "[rank $1 $2]") 2>&1 < /dev/null &
     pids+=($!)
 }}
 """
@@ -149,7 +157,7 @@ def export_torchrun(plan: LaunchPlan) -> str:
         raise ExportError("--format torchrun: the plan uses --mode env; export it with --mode torchrun")
     lines = [
         _SCRIPT_HEAD.format(
-            master_addr=plan.master_addr, port=plan.master_port, master_host=plan.master_host,
+            master_addr=quote(plan.master_addr), port=plan.master_port, master_host=quote(plan.master_host),
             rank_map=" ".join(str(r) for r in plan.rank_map),
         )
     ]

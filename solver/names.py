@@ -1,0 +1,71 @@
+"""Rules for names that come from files: hosts, addresses, users, interfaces, labels.
+
+Names are data, never code or options: every name that reaches a command line is
+quoted there, and is refused where it is loaded when it
+
+- is empty or longer than its cap (253 characters for host names and addresses, the
+  DNS limit; 63 for region / zone / network-group labels; 32 for user names),
+- starts with ``-`` (it would read as an option to ssh or another program),
+- holds whitespace, or a control or unprintable character.
+
+Each check returns the problem as text (None when the value is fine), so callers put
+the file, entry and field in front of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_HOST_CHARS = 253
+MAX_LABEL_CHARS = 63
+MAX_USER_CHARS = 32
+MAX_PATH_CHARS = 4096
+
+
+def _chars(value: str) -> str | None:
+    for ch in value:
+        if ch.isspace():
+            return f"no spaces or other whitespace allowed in {value[:80]!r}"
+        if not ch.isprintable():
+            return f"control or unprintable character {ch!r} in {value[:80]!r}"
+    return None
+
+
+def name_problem(value: Any, kind: str = "host name", max_chars: int = MAX_HOST_CHARS) -> str | None:
+    """Why ``value`` is not a valid host name / address / user name, or None."""
+    if not isinstance(value, str):
+        return f"expected a {kind} (text), got {type(value).__name__}"
+    if not value:
+        return f"expected a {kind}, got an empty string"
+    if len(value) > max_chars:
+        return f"a {kind} has at most {max_chars} characters, got {len(value)}"
+    if value.startswith("-"):
+        return f"a {kind} may not start with '-' (it would read as an option), got {value[:80]!r}"
+    return _chars(value)
+
+
+def label_problem(value: Any) -> str | None:
+    """Why ``value`` is not a valid region / zone / network-group label (None and "" clear)."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        return f"expected text, got {type(value).__name__}"
+    if len(value) > MAX_LABEL_CHARS:
+        return f"at most {MAX_LABEL_CHARS} characters, got {len(value)}"
+    if value.startswith("-"):
+        return f"may not start with '-', got {value[:80]!r}"
+    return _chars(value)
+
+
+def path_problem(value: Any, kind: str = "path") -> str | None:
+    """Why ``value`` is not a usable file path (a python, an identity file), or None."""
+    if not isinstance(value, str) or not value:
+        return f"expected a {kind}, got {value!r}"
+    if len(value) > MAX_PATH_CHARS:
+        return f"a {kind} has at most {MAX_PATH_CHARS} characters, got {len(value)}"
+    if value.startswith("-"):
+        return f"a {kind} may not start with '-', got {value[:80]!r}"
+    for ch in value:
+        if not ch.isprintable() or ch in "\n\r\t":
+            return f"control or unprintable character {ch!r} in {value[:80]!r}"
+    return None
