@@ -44,9 +44,12 @@ from pathlib import Path
 from typing import Any
 
 from geoconsole.errors import InputError
+from solver import names
 from solver.files import read_text
 
 DEFAULT_SSH_CONFIG = "~/.ssh/config"
+#: Most devices one host may have (slots, gpus): far above any machine built.
+MAX_SLOTS = 1024
 #: Largest inventory file read (a hostfile of 100,000 hosts is about 4 MB).
 MAX_INVENTORY_BYTES = 64 << 20
 
@@ -55,7 +58,7 @@ _HOST_FIELDS = {
     "region", "zone", "network_group",
 }
 _DEFAULT_FIELDS = _HOST_FIELDS - {"name", "address"}
-_LABEL_RE = re.compile(r"[\x00-\x1f\x7f]")
+LABEL_FIELDS = ("region", "zone", "network_group")
 
 
 class InventoryError(InputError):
@@ -226,6 +229,8 @@ def _toml_entries(path: Path, text: str) -> list[tuple[str, dict[str, Any], dict
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InventoryError(f"{path}: invalid TOML: {exc}") from None
+    except RecursionError:
+        raise InventoryError(f"{path}: invalid TOML: nested too deeply") from None
     unknown = set(doc) - {"defaults", "hosts"}
     if unknown:
         raise InventoryError(f"{path}: unknown top-level key {sorted(unknown)[0]!r} (expected [defaults] and [[hosts]])")
@@ -257,13 +262,16 @@ def _hostfile_entries(path: Path, text: str) -> list[tuple[str, dict[str, Any], 
             continue
         where = f"{path}:{lineno}"
         host, *rest = line.split()
+        if "=" in host:
+            raise InventoryError(f"{where}: expected 'host slots=N', got {line[:80]!r} (no host name first)")
         entry: dict[str, Any] = {"address": host}
         for item in rest:
             key, sep, value = item.partition("=")
             if not sep or key not in ("slots", "max_slots"):
-                raise InventoryError(f"{where}: expected 'host slots=N', got {item!r}")
-            if not value.isdigit() or int(value) < 1:
-                raise InventoryError(f"{where}: {key}: expected a positive integer, got {value!r}")
+                raise InventoryError(f"{where}: expected 'host slots=N', got {item[:80]!r}")
+            if not (value.isascii() and value.isdigit()) or not 1 <= int(value[:9] or 0) <= MAX_SLOTS \
+                    or len(value) > 9:
+                raise InventoryError(f"{where}: {key}: expected a whole number 1-{MAX_SLOTS}, got {value[:24]!r}")
             if key == "slots":
                 entry["gpus"] = list(range(int(value)))
         out.append((where, entry, {}))
@@ -275,11 +283,17 @@ def _resolve(path: Path, where: str, entry: dict[str, Any], defaults: dict[str, 
     def text(key: str, value: Any, scope: str) -> str | None:
         if value is None:
             return None
-        if not isinstance(value, str) or not value.strip():
-            raise InventoryError(f"{scope}.{key}: expected a non-empty string, got {value!r}")
-        if _LABEL_RE.search(value):
-            raise InventoryError(f"{scope}.{key}: control characters are not allowed, got {value!r}")
-        return value
+        if key in LABEL_FIELDS:
+            why = names.label_problem(value)
+        elif key in ("python", "identity"):
+            why = names.path_problem(value, key)
+        elif key == "user":
+            why = names.name_problem(value, "user name", names.MAX_USER_CHARS)
+        else:
+            why = names.name_problem(value, "host name" if key == "name" else "host address")
+        if why:
+            raise InventoryError(f"{scope}.{key}: {why}")
+        return value or None
 
     d_scope = f"{path}: defaults"
     merged_defaults = {k: v for k, v in defaults.items()}
@@ -292,7 +306,8 @@ def _resolve(path: Path, where: str, entry: dict[str, Any], defaults: dict[str, 
     if name is None:
         name = address
     ssh = ssh_config_for(address, blocks)
-    real_address = ssh.get("hostname", address).replace("%h", address)
+    real_address = text("address", ssh.get("hostname", address).replace("%h", address),
+                        f"{where} (~/.ssh/config HostName)")
 
     def pick(key: str, ssh_key: str | None = None) -> tuple[Any, str]:
         if key in entry:
@@ -332,10 +347,10 @@ def _resolve(path: Path, where: str, entry: dict[str, Any], defaults: dict[str, 
 def _port(value: Any, scope: str) -> int:
     if value is None:
         return 22
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 5:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
-        raise InventoryError(f"{scope}.port: expected an integer 1-65535, got {value!r}")
+        raise InventoryError(f"{scope}.port: expected an integer 1-65535, got {str(value)[:24]!r}")
     return value
 
 
@@ -343,7 +358,7 @@ def _interface(value: Any, scope: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_.:@-]{1,15}", value):
-        raise InventoryError(f"{scope}.interface: expected a network interface name, got {value!r}")
+        raise InventoryError(f"{scope}.interface: expected a network interface name, got {str(value)[:40]!r}")
     return value
 
 
@@ -351,10 +366,12 @@ def _gpus(value: Any, scope: str) -> tuple[int, ...] | None:
     if value is None or value == "all":
         return None
     if not isinstance(value, list) or not value:
-        raise InventoryError(f"{scope}.gpus: expected \"all\" or a list of GPU indices, got {value!r}")
+        raise InventoryError(f"{scope}.gpus: expected \"all\" or a list of GPU indices, got {str(value)[:40]!r}")
+    if len(value) > MAX_SLOTS:
+        raise InventoryError(f"{scope}.gpus: at most {MAX_SLOTS} devices per host, got {len(value)}")
     for g in value:
-        if isinstance(g, bool) or not isinstance(g, int) or g < 0:
-            raise InventoryError(f"{scope}.gpus: expected GPU indices >= 0, got {g!r}")
+        if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g < 1 << 16:
+            raise InventoryError(f"{scope}.gpus: expected GPU indices 0-65535, got {str(g)[:24]}")
     if len(set(value)) != len(value):
         raise InventoryError(f"{scope}.gpus: repeated GPU index in {value!r}")
     return tuple(value)

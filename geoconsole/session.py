@@ -93,32 +93,92 @@ class Solution:
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> "Solution":
+        """A solution from its JSON; SessionError naming the field (``where.field``)."""
         if not isinstance(doc, dict):
             raise SessionError(f"{where}: expected an object")
-        try:
-            workload = Workload(**doc["workload"])
-            rank_map = np.asarray(doc["rank_map"], dtype=int)
-            return cls(
-                name=str(doc["name"]),
-                rank_map=rank_map,
-                fun=float(doc["fun"]),
-                workload=workload,
-                digest=str(doc["digest"]),
-                created_at=str(doc["created_at"]),
-                bound=None if doc.get("bound") is None else float(doc["bound"]),
-                status=str(doc.get("status", "")),
-                message=str(doc.get("message", "")),
-                seed=doc.get("seed"),
-                nit=int(doc.get("nit", 0)),
-                nfev=int(doc.get("nfev", 0)),
-                elapsed_s=float(doc.get("elapsed_s", 0.0)),
-                history=[(float(t), float(v)) for t, v in doc.get("history", [])],
-                baselines={str(k): [float(x) for x in v] for k, v in doc.get("baselines", {}).items()},
-            )
-        except KeyError as exc:
-            raise SessionError(f"{where}: missing field {exc.args[0]!r}") from None
-        except (TypeError, ValueError) as exc:
-            raise SessionError(f"{where}: {' '.join(str(exc).split())}") from None
+        for key in ("name", "rank_map", "fun", "workload", "digest", "created_at"):
+            if key not in doc:
+                raise SessionError(f"{where}: missing field {key!r}")
+        opt = lambda key, default: doc.get(key, default) if doc.get(key) is not None else default  # noqa: E731
+        return cls(
+            name=_text(doc["name"], f"{where}.name"),
+            rank_map=np.asarray(_permutation(doc["rank_map"], f"{where}.rank_map"), dtype=int),
+            fun=_number(doc["fun"], f"{where}.fun"),
+            workload=_workload(doc["workload"], f"{where}.workload"),
+            digest=_text(doc["digest"], f"{where}.digest"),
+            created_at=_text(doc["created_at"], f"{where}.created_at"),
+            bound=None if doc.get("bound") is None else _number(doc["bound"], f"{where}.bound"),
+            status=_text(opt("status", ""), f"{where}.status"),
+            message=_text(opt("message", ""), f"{where}.message"),
+            seed=None if doc.get("seed") is None else _whole(doc["seed"], f"{where}.seed"),
+            nit=_whole(opt("nit", 0), f"{where}.nit"),
+            nfev=_whole(opt("nfev", 0), f"{where}.nfev"),
+            elapsed_s=_number(opt("elapsed_s", 0.0), f"{where}.elapsed_s"),
+            history=_history(opt("history", []), f"{where}.history"),
+            baselines=_baselines(opt("baselines", {}), f"{where}.baselines"),
+        )
+
+
+# -- typed fields of a session file -----------------------------------------------------
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise SessionError(f"{where}: expected text, got {type(value).__name__}")
+    return value
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SessionError(f"{where}: expected a finite number, got {str(value)[:40]}")
+    return float(value)
+
+
+def _whole(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SessionError(f"{where}: expected a whole number >= 0, got {str(value)[:40]}")
+    return value
+
+
+def _permutation(value: Any, where: str) -> list[int]:
+    if not isinstance(value, list) or not value:
+        raise SessionError(f"{where}: expected a list of ranks")
+    if not all(isinstance(r, int) and not isinstance(r, bool) for r in value):
+        raise SessionError(f"{where}: expected whole-number ranks")
+    if sorted(value) != list(range(len(value))):
+        raise SessionError(f"{where}: not a permutation of 0..{len(value) - 1}")
+    return value
+
+
+def _workload(value: Any, where: str) -> Workload:
+    if not isinstance(value, dict):
+        raise SessionError(f"{where}: expected an object")
+    try:
+        return Workload(**value)
+    except TypeError as exc:
+        raise SessionError(f"{where}: {' '.join(str(exc).split())}") from None
+    except ValueError as exc:
+        raise SessionError(f"{where}: {exc}") from None
+
+
+def _history(value: Any, where: str) -> list[tuple[float, float]]:
+    if not isinstance(value, list):
+        raise SessionError(f"{where}: expected a list of [seconds, Comm] pairs")
+    out = []
+    for k, item in enumerate(value):
+        if not isinstance(item, list) or len(item) != 2:
+            raise SessionError(f"{where}[{k}]: expected [seconds, Comm]")
+        out.append((_number(item[0], f"{where}[{k}][0]"), _number(item[1], f"{where}[{k}][1]")))
+    return out
+
+
+def _baselines(value: Any, where: str) -> dict[str, list[float]]:
+    if not isinstance(value, dict):
+        raise SessionError(f"{where}: expected an object of name -> list of seconds")
+    out = {}
+    for name, values in value.items():
+        if not isinstance(values, list):
+            raise SessionError(f"{where}.{name}: expected a list of seconds")
+        out[name] = [_number(v, f"{where}.{name}[{k}]") for k, v in enumerate(values)]
+    return out
 
 
 def fabric_digest(fabric: Fabric) -> str:
@@ -287,12 +347,12 @@ def session_from_json(doc: Any, source: str) -> Session:
         raise SessionError(f"{source}: expected a JSON object")
     if doc.get("format") != SESSION_FORMAT:
         raise SessionError(f"{source}: format: expected {SESSION_FORMAT!r}, got {doc.get('format')!r}")
-    try:
-        workload = Workload(**doc["workload"])
-    except KeyError:
-        raise SessionError(f"{source}: missing field 'workload'") from None
-    except (TypeError, ValueError) as exc:
-        raise SessionError(f"{source}: workload: {exc}") from None
+    if "workload" not in doc:
+        raise SessionError(f"{source}: missing field 'workload'")
+    workload = _workload(doc["workload"], f"{source}: workload")
+    for key in ("fabric_source", "inventory", "name", "known_hosts"):
+        if doc.get(key) is not None:
+            _text(doc[key], f"{source}: {key}")
     fabric = None
     if doc.get("fabric") is not None:
         try:
@@ -310,6 +370,9 @@ def session_from_json(doc: Any, source: str) -> Session:
     for i, s in enumerate(solutions):
         if fabric is not None and len(s.rank_map) != fabric.n:
             raise SessionError(f"{source}: solutions[{i}].rank_map: {len(s.rank_map)} entries for {fabric.n} devices")
+        if s.workload.n_devices != len(s.rank_map):
+            raise SessionError(f"{source}: solutions[{i}].workload: D_PP {s.workload.d_pp} x D_DP "
+                               f"{s.workload.d_dp} does not fit its {len(s.rank_map)} ranks")
     inventory = doc.get("inventory")
     return Session(
         fabric=fabric,
@@ -323,20 +386,16 @@ def session_from_json(doc: Any, source: str) -> Session:
     )
 
 
+#: Largest session file read (a 4096-device fabric with a few solutions fits).
+MAX_SESSION_BYTES = 1 << 30
+
+
 def load_session(path: str | Path) -> Session:
     """Read a saved session; raises SessionError with a one-line message."""
-    src = str(path)
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise SessionError(f"{src}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SessionError(f"{src}: cannot read: {exc}") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SessionError(f"{src}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    return session_from_json(doc, src)
+    from solver.files import load_json
+
+    return session_from_json(load_json(path, "session", max_bytes=MAX_SESSION_BYTES, error=SessionError),
+                             str(path))
 
 
 def demo_session(name: str = "worldwide") -> Session:

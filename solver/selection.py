@@ -108,7 +108,7 @@ def torch_versions_of(fabric: Fabric) -> list[str | None] | None:
     for d in fabric.devices:
         info = hosts.get(d.host)
         v = info.get("torch") if isinstance(info, dict) else None
-        out.append(None if v is None else str(v))
+        out.append(v if isinstance(v, str) else None)
     return out if any(v is not None for v in out) else None
 
 

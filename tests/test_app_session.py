@@ -101,7 +101,7 @@ def test_bad_solution_in_session_names_the_entry(tmp_path):
 
 
 def test_factory_turns_bad_files_into_user_errors(tmp_path):
-    with pytest.raises(GeoconsoleError, match="no such file"):
+    with pytest.raises(GeoconsoleError, match="no such session file"):
         create_app(session=tmp_path / "missing.json")
     bad = tmp_path / "hosts.toml"
     bad.write_text("[[hosts]]\nport = 'x'\n")
