@@ -317,12 +317,12 @@ def fabric_from_json(doc: Any, source: str = "<fabric>") -> Fabric:
     """Build and validate a Fabric from a parsed JSON document."""
     if not isinstance(doc, dict):
         raise FabricError(f"{source}: expected a JSON object, got {type(doc).__name__}")
-    for key in ("labels", "alpha_ms", "beta_gbps"):
-        if key not in doc:
-            raise FabricError(f"{source}: missing field '{key}'")
     unknown = sorted(k for k in doc if k not in _FABRIC_KEYS)
     if unknown:
         raise FabricError(f"{source}: unknown field {unknown[0]!r}{_nearest(unknown[0], _FABRIC_KEYS)}")
+    for key in ("labels", "alpha_ms", "beta_gbps"):
+        if key not in doc:
+            raise FabricError(f"{source}: missing field '{key}'")
     labels = doc["labels"]
     if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
         raise FabricError(f"{source}: labels: expected a list of strings")
