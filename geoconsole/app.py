@@ -106,8 +106,8 @@ class GeoConsoleApp(App[int]):
         path = self.session.path or Path(DEFAULT_SESSION_FILE)
         try:
             written = self.session.save(path)
-        except OSError as exc:
-            self.notify(f"{path}: cannot save: {exc.strerror or exc}", severity="error")
+        except (OSError, ValueError) as exc:  # FileError: a folder, FIFO or device
+            self.notify(" ".join(str(exc).split()), severity="error")
             return
         self.notify(f"session saved to {written}")
 

@@ -93,3 +93,13 @@ def solution_for(value: str, fabric):
     if len(ranks) != fabric.n:
         raise InputError(f"{source}: {len(ranks)} ranks for {fabric.n} devices in the fabric")
     return fabric, ranks
+
+
+def read_rank_map_file(path: str, n: int) -> list[int]:
+    """The rank map in the file ``path`` (any accepted form), a permutation of ``0..n-1``."""
+    from solver.files import read_text
+
+    ranks, _doc = parse_rank_map(read_text(Path(path), "rank map"), str(path))
+    if sorted(ranks) != list(range(n)):
+        raise InputError(f"{path}: rank_map: must be a permutation of 0..{n - 1} ({len(ranks)} entries)")
+    return ranks

@@ -42,6 +42,8 @@ class SolveOutcome:
     baselines: list[Any] = field(default_factory=list)
     #: Baselines left out or cut short by a stop request or the time limit.
     baselines_cut: bool = False
+    #: A stop was requested at some point (the result is still whole and scored).
+    stopped: bool = False
 
 
 def cost_model(fabric: Fabric, workload: Workload):
@@ -89,7 +91,7 @@ def run_placement(
     deadline = None if options.time_limit is None else started + options.time_limit
     baselines, cut = draw_baselines(model, options.baseline_samples, options.seed,
                                     deadline=deadline, should_stop=should_stop)
-    return SolveOutcome(model, result, lower_bound(model), baselines, cut)
+    return SolveOutcome(model, result, lower_bound(model), baselines, cut, stopped=should_stop())
 
 
 def draw_baselines(model: Any, samples: int, seed: int, *, deadline: float | None = None,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -27,24 +26,6 @@ def short_names(devices: tuple[Device, ...]) -> list[str]:
     for d in devices:
         per_host[d.host] = per_host.get(d.host, 0) + 1
     return [d.name if per_host[d.host] > 1 else d.host for d in devices]
-
-
-def parse_rank_map(text: str, n: int, source: str) -> np.ndarray:
-    """A rank map from JSON (``{"rank_map": [...]}`` or a list) or ``rank_map=(...)`` text."""
-    text = text.strip()
-    match = re.fullmatch(r"(?:rank_map\s*=\s*)?\(([\d\s,]*)\)", text)
-    try:
-        if match:
-            values = [int(x) for x in match.group(1).replace(",", " ").split()]
-        else:
-            doc = json.loads(text)
-            values = doc["rank_map"] if isinstance(doc, dict) else doc
-            values = [int(x) for x in values]
-    except (ValueError, KeyError, TypeError):
-        raise ValueError(f"{source}: expected JSON with a rank_map list, or rank_map=(...)") from None
-    if sorted(values) != list(range(n)):
-        raise ValueError(f"{source}: rank_map: must be a permutation of 0..{n - 1} ({len(values)} entries)")
-    return np.asarray(values, dtype=int)
 
 
 class RankMapScreen(ConsoleScreen):
@@ -206,8 +187,8 @@ class RankMapScreen(ConsoleScreen):
                 return
             try:
                 self.export(Path(path), sol)
-            except OSError as exc:
-                self.notify(f"{path}: cannot write: {exc.strerror or exc}", severity="error")
+            except (OSError, ValueError) as exc:  # FileError: a folder, FIFO, device or an input
+                self.notify(" ".join(str(exc).split()), severity="error")
                 return
             self.app.copy_to_clipboard(sol.rank_map_text())
             self.notify(f"wrote {path}; {sol.rank_map_text()[:60]}... (copied)")
@@ -226,7 +207,8 @@ class RankMapScreen(ConsoleScreen):
             "solution": sol.name,
             "created_at": sol.created_at,
         }
-        write_atomic(path, json.dumps(doc, indent=1) + "\n")
+        write_atomic(path, json.dumps(doc, indent=1) + "\n",
+                     inputs=[("session file", s.path), ("inventory", s.inventory)])
 
     def action_open_rank_map(self) -> None:
         s = self.session
@@ -238,11 +220,10 @@ class RankMapScreen(ConsoleScreen):
         def load(path: str | None) -> None:
             if not path:
                 return
+            from geoconsole.rank_maps import read_rank_map_file
+
             try:
-                rank_map = parse_rank_map(Path(path).read_text(), s.fabric.n, path)
-            except OSError as exc:
-                self.notify(f"{path}: cannot read: {exc.strerror or exc}", severity="error")
-                return
+                rank_map = np.asarray(read_rank_map_file(path, s.fabric.n), dtype=int)
             except ValueError as exc:
                 self.notify(str(exc), severity="error")
                 return

@@ -57,6 +57,10 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def _a(word: str) -> str:
+    return ("an " if word[:1].lower() in "aeiou" else "a ") + word
+
+
 def _size(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n} bytes"
 
@@ -71,7 +75,7 @@ def read_bytes(path: str | os.PathLike[str], what: str, *, max_bytes: int = MAX_
     except OSError as exc:
         raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise error(f"{path}: is {_kind(st.st_mode)}, expected a {what} file")
+        raise error(f"{path}: is {_kind(st.st_mode)}, expected {_a(what)} file")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as exc:
@@ -79,15 +83,15 @@ def read_bytes(path: str | os.PathLike[str], what: str, *, max_bytes: int = MAX_
     with os.fdopen(fd, "rb") as handle:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise error(f"{path}: is {_kind(st.st_mode)}, expected a {what} file")
+            raise error(f"{path}: is {_kind(st.st_mode)}, expected {_a(what)} file")
         if st.st_size > max_bytes:
-            raise error(f"{path}: is {_size(st.st_size)}; a {what} file may be at most {_size(max_bytes)}")
+            raise error(f"{path}: is {_size(st.st_size)}; {_a(what)} file may be at most {_size(max_bytes)}")
         try:
             data = handle.read(max_bytes + 1)
         except OSError as exc:
             raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
     if len(data) > max_bytes:
-        raise error(f"{path}: is over {_size(max_bytes)}, the most a {what} file may be")
+        raise error(f"{path}: is over {_size(max_bytes)}, the most {_a(what)} file may be")
     return data
 
 

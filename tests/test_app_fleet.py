@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 
 import numpy as np
 import pytest
 
-from app_support import demo_app
+from support import wait_until, demo_app
 from textual.widgets import Input
 from screens.dialogs import ConfirmDialog
 from screens.heatmap_view import Heatmap
@@ -16,12 +14,6 @@ from screens.heatmap_view import Heatmap
 pytestmark = pytest.mark.fleet
 
 
-async def wait_until(condition, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.05)
 
 
 async def test_connect_discovers_every_host(emulated_fleet):

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 import pytest
-from app_support import demo_app, region_pipelines, with_solutions
+from support import wait_until, demo_app, region_pipelines, with_solutions
 from textual.widgets import Input, Static
 
 from screens.heatmap_view import Heatmap
@@ -23,12 +23,6 @@ def text_of(widget: Static) -> str:
     return str(widget.render())
 
 
-async def wait_until(pilot, condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 async def test_opens_on_the_demo_fabric_with_one_cell_per_device():
@@ -78,7 +72,7 @@ async def test_solve_then_review_shows_the_reference_layout():
         screen.query_one("#form-budget", Input).value = "200"
         screen.query_one("#form-restarts", Input).value = "0"
         await pilot.press("ctrl+r")
-        await wait_until(pilot, lambda: app.session.current is not None)
+        await wait_until(lambda: app.session.current is not None)
         sol = app.session.current
         # The score shown is the score of the rank map, recomputed from scratch.
         model = CostModel.from_fabric(app.session.fabric, app.session.workload)
@@ -106,10 +100,10 @@ async def test_cancel_keeps_the_best_so_far_and_the_ui_stays_responsive():
         screen.query_one("#form-budget", Input).value = "500000000"
         screen.query_one("#form-restarts", Input).value = "100000"  # long enough to cancel
         await pilot.press("ctrl+r")
-        await wait_until(pilot, lambda: screen.query_one("#solve-status", Static).render().plain.startswith("best Comm"))
+        await wait_until(lambda: screen.query_one("#solve-status", Static).render().plain.startswith("best Comm"))
         started = time.monotonic()
         await pilot.press("escape")
-        await wait_until(pilot, lambda: app.session.current is not None, timeout=20)
+        await wait_until(lambda: app.session.current is not None, timeout=20)
         assert time.monotonic() - started < 10
         sol = app.session.current
         assert "cancelled" in sol.message
@@ -213,7 +207,7 @@ async def test_a_failing_solver_surfaces_in_one_notification(monkeypatch):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("4", "ctrl+r")
         screen = app.screen
-        await wait_until(pilot, lambda: not screen.running)
+        await wait_until(lambda: not screen.running)
         await pilot.pause()
         messages = [n.message for n in app._notifications]
         assert any("solve placement: matrix exploded" in m for m in messages)
@@ -307,7 +301,7 @@ async def test_failing_host_shows_its_error(tmp_path):
         assert app.current_mode == "fleet"
         await pilot.press("c")
         screen = app.screen
-        await wait_until(pilot, lambda: screen.fleet.rows["dead-1"].state == "failed", timeout=20)
+        await wait_until(lambda: screen.fleet.rows["dead-1"].state == "failed", timeout=20)
         row = screen.fleet.rows["dead-1"]
         assert row.error.startswith("dead-1: cannot connect to 127.0.0.1:1")
         await pilot.pause()
@@ -328,15 +322,15 @@ async def test_key_press_is_handled_promptly_while_a_solve_runs():
         assert app.screen.running
         app.simulate_key("2")
         started = time.monotonic()
-        await wait_until(pilot, lambda: app.current_mode == "fabric", timeout=5)
+        await wait_until(lambda: app.current_mode == "fabric", timeout=5)
         heatmap = app.screen.query_one(Heatmap)
         app.simulate_key("b")
-        await wait_until(pilot, lambda: heatmap.metric == "beta", timeout=5)
+        await wait_until(lambda: heatmap.metric == "beta", timeout=5)
         delay = time.monotonic() - started
         assert delay < 1.0, f"two key presses took {delay:.2f} s during a solve"
         app.simulate_key("4")
         app.simulate_key("escape")
-        await wait_until(pilot, lambda: app.session.current is not None)
+        await wait_until(lambda: app.session.current is not None)
 
 
 async def test_quitting_during_a_solve_stops_the_solver():
@@ -349,7 +343,7 @@ async def test_quitting_during_a_solve_stops_the_solver():
         await pilot.press("ctrl+r")
         await asyncio.sleep(0.3)
         app.simulate_key("q")
-        await wait_until(pilot, lambda: not app.is_running, timeout=10)
+        await wait_until(lambda: not app.is_running, timeout=10)
     assert time.monotonic() - started < 15
 
 

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from app_support import demo_app, make_solution, region_pipelines
+from support import demo_app, make_solution, region_pipelines
 
 from geoconsole.app import create_app
 from geoconsole.errors import GeoconsoleError

@@ -216,3 +216,27 @@ def test_solve_fill_missing_estimates_and_counts_pairs(tmp_path):
     as_json = json.loads(run("solve", "--matrix", path, *WW, "--fill-missing", "--baseline-samples", "0",
                              "--budget", "2000", "--json").stdout)
     assert as_json["estimated_pairs"] == 2
+
+
+def test_ctrl_c_after_the_search_prints_and_records_the_result(ww_path, tmp_path):
+    """SIGINT while the baselines are drawn (the search is long done): the finished
+    placement is printed and recorded, the baselines are cut short, exit 130."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    record = tmp_path / "runs.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "geoconsole.cli", "--headless", "solve", "--matrix", str(ww_path),
+         "--c-pp", "0.512", "--c-dp", "0.65", "--baseline-samples", "100000", "--restarts", "0",
+         "--record", str(record), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(8)  # imports, the search (about a second), then 100,000 baselines for minutes
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "rank_map=(" in out and "Traceback" not in err
+    assert "baselines stopped early" in err
+    (line,) = record.read_text().splitlines()
+    assert json.loads(line)["score_s"] > 0

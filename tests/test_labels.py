@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+
+from support import fabric_of
 import typer
 from typer.testing import CliRunner
 
@@ -26,11 +28,6 @@ from solver.fabric import Device, Fabric, load_fabric
 from solver.suggest import RowSuggestion
 
 
-def fabric_of(devices) -> Fabric:
-    n = len(devices)
-    a = np.ones((n, n))
-    np.fill_diagonal(a, 0)
-    return Fabric(a, a * 10, ["x"] * n, tuple(devices))
 
 
 DEVICES = (

@@ -1,7 +1,6 @@
 """Run records: whole lines only, even when a write dies half-way."""
 
 import json
-import os
 
 import pytest
 

@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+
+from support import fabric_of
 import typer
 from typer.testing import CliRunner
 
@@ -16,13 +18,6 @@ from solver.locality import location_key
 from solver.selection import POLICIES, SelectionError, select_devices
 
 
-def fabric_of(devices) -> Fabric:
-    n = len(devices)
-    a = np.full((n, n), 1.0)
-    b = np.full((n, n), 10.0)
-    np.fill_diagonal(a, 0)
-    np.fill_diagonal(b, 0)
-    return Fabric(a, b, [d.region or "?" for d in devices], tuple(devices))
 
 
 def fleet(spec) -> Fabric:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from app_support import demo_app, region_pipelines, with_solutions
+from support import demo_app, region_pipelines, with_solutions
 from textual.widgets import Input
 
 SIZE = (120, 45)

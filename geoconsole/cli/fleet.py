@@ -151,7 +151,7 @@ def probe_command(
     labels = _labels(region, zone, network_group)
     events_file = events.open("w") if events else None
     try:
-        fabric, done, interrupted = asyncio.run(_probe(inv.hosts, pool, settings, labels, out, events_file))
+        fabric, done, interrupted, lost = asyncio.run(_probe(inv.hosts, pool, settings, labels, out, events_file))
     finally:
         if events_file:
             events_file.close()
@@ -164,6 +164,9 @@ def probe_command(
     message = unmeasured_message(fabric)
     if message:
         raise UserError(f"{message}; fabric written to {out} with nulls", ExitCode.REMOTE)
+    if lost:  # a host lost before it had a pair to measure leaves no null behind
+        raise UserError(f"{len(lost)} host(s) lost, first {lost[0]}; fabric written to {out} without them",
+                        ExitCode.REMOTE)
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -188,6 +191,7 @@ async def _probe(hosts, pool, settings, labels, out: Path, events_file):
     console = Console(stderr=True)
     interrupted = False
     done = None
+    lost: list[str] = []
     async with pool:
         sweep = Sweep(hosts, pool=pool, settings=settings, labels=labels)
         progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -210,6 +214,7 @@ async def _probe(hosts, pool, settings, labels, out: Path, events_file):
                         progress.console.print(f"pair {ev.src} - {ev.dst} failed: {ev.reason}")
                     elif isinstance(ev, HostLost):
                         progress.console.print(f"host {ev.host} lost: {ev.reason}")
+                        lost.append(f"{ev.host}: {' '.join(str(ev.reason).split())}")
                     elif isinstance(ev, SweepDone):
                         done = ev
             except (asyncio.CancelledError, KeyboardInterrupt):
@@ -217,7 +222,7 @@ async def _probe(hosts, pool, settings, labels, out: Path, events_file):
                 await sweep.cancel()
     fabric = sweep.fabric
     fabric.save(out)
-    return fabric, done, interrupted
+    return fabric, done, interrupted, lost
 
 
 def _event_json(ev: Any) -> dict[str, Any]:

@@ -149,10 +149,10 @@ async def _launch(plan, fabric, ranks, hosts, inv, command, opts, abort_on_failu
     from geoconsole.launch.flow import Reach, connect_and_run
     from geoconsole.launch.run import default_sink
 
-    sink = default_sink
-    if as_json:  # keep stdout for the JSON document
-        def sink(p, stream, line):
-            print(f"[rank {p.rank} {p.host}] {line}", file=sys.stderr, flush=True)
+    def to_stderr(p, stream, line):  # --json keeps stdout for the JSON document
+        print(f"[rank {p.rank} {p.host}] {line}", file=sys.stderr, flush=True)
+
+    sink = to_stderr if as_json else default_sink
     reach = Reach({h.name: h for h in inv.hosts}, known_hosts, accept_new)
     return await connect_and_run(
         plan, reach, lambda found: _plan(fabric, ranks, hosts, command, **opts, interfaces=found),

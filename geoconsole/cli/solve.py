@@ -154,13 +154,15 @@ def solve_cmd(
     outcome = run_solve(model, options, progress=show, seed_orders=prepared.seed_orders)
     doc = solve_json(prepared.fabric, model, outcome.result, outcome.baselines, outcome.bound)
     doc.update(prepared.to_json())
+    doc["baselines_cut"] = outcome.baselines_cut
+    if outcome.baselines_cut:
+        typer.echo("note: random baselines stopped early (Ctrl-C or --time-limit): fewer samples than asked",
+                   err=True)
     text = "".join(line + "\n" for line in prepared.lines()) + format_solve(doc)
     _emit(doc, as_json, text)
     if record is not None:
         _record_solve(record, doc)
-    from solver.search import CANCELLED
-
-    if outcome.result.status == CANCELLED:  # Ctrl-C: the best so far was printed and recorded
+    if outcome.stopped:  # Ctrl-C: the best so far was printed and recorded
         raise typer.Exit(int(ExitCode.INTERRUPTED))
 
 

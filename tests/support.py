@@ -1,16 +1,39 @@
-"""Helpers for the console tests: a fixed clock and ready-made, deterministic solutions."""
+"""Shared test helpers: waiting for a condition, small fabrics, the console app with a fixed
+clock, and ready-made deterministic solutions."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import datetime, timezone
 
 import numpy as np
 
 from geoconsole.app import GeoConsoleApp, create_app
 from geoconsole.session import Session, Solution
+from solver.fabric import Fabric
 from solver.baselines import random_rank_maps, random_stage_groups
 from solver.bounds import lower_bound
 from solver.cost import CostModel
+
+async def wait_until(condition, timeout: float = 30.0, interval: float = 0.02) -> None:
+    """Poll ``condition`` on the event loop until it holds; AssertionError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(interval)
+
+
+def fabric_of(devices) -> Fabric:
+    """A uniform fabric (1 ms, 10 Gbps) over ``devices``, labelled by region."""
+    n = len(devices)
+    a = np.full((n, n), 1.0)
+    b = np.full((n, n), 10.0)
+    np.fill_diagonal(a, 0)
+    np.fill_diagonal(b, 0)
+    return Fabric(a, b, [d.region or "?" for d in devices], tuple(devices))
+
 
 FIXED_NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
 
