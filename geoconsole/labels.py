@@ -229,8 +229,8 @@ class LabelSet:
         if isinstance(hosts, dict):
             for d in fabric.devices:
                 info = hosts.get(d.host)
-                source = info.get("location_source") if isinstance(info, dict) else None
-                found = _PROBE_SOURCES.get(source) if isinstance(source, str) else None
+                where = info.get("location_source") if isinstance(info, dict) else None
+                found = _PROBE_SOURCES.get(where) if isinstance(where, str) else None
                 if found is not None:
                     entry = clean.setdefault(d.name, {})
                     for f in ("region", "zone"):

@@ -49,7 +49,7 @@ def _labels(region, zone, group) -> dict[str, Optional[str]]:
 
 def inventory_command(
     inventory: Path = INVENTORY,
-    json_out: bool = JSON_OUT,
+    as_json: bool = JSON_OUT,
     known_hosts: str = KNOWN_HOSTS,
     accept_new: bool = ACCEPT_NEW,
     ssh_config: Path = SSH_CONFIG,
@@ -73,7 +73,7 @@ def inventory_command(
     results = asyncio.run(run())
     _report_accepted(pool)
     failures = [r for r in results if isinstance(r, Exception)]
-    if json_out:
+    if as_json:
         doc = {"inventory": str(inventory), "hosts": [
             {"name": h.name, "error": str(r)} if isinstance(r, Exception) else r.to_json()
             for h, r in zip(inv.hosts, results)]}

@@ -69,7 +69,7 @@ def _cell(labels, d, field: str) -> str:
 
 @labels_app.command("show")
 @cli_errors
-def show(matrix: Path = MATRIX, json_out: bool = JSON_OUT) -> None:
+def show_command(matrix: Path = MATRIX, as_json: bool = JSON_OUT) -> None:
     """List every device's region, zone and network group with where each came from."""
     from geoconsole.labels import FIELDS, LabelSet
     from solver.estimate import estimated_pair_count
@@ -81,7 +81,7 @@ def show(matrix: Path = MATRIX, json_out: bool = JSON_OUT) -> None:
     whole = group_locality(devices, range(fabric.n))
     missing = len(fabric.missing_pairs())
     estimated = _estimated_count(fabric, estimated_pair_count)
-    if json_out:
+    if as_json:
         doc = {
             "fabric": str(matrix),
             "devices": [
@@ -118,9 +118,9 @@ def _estimated_count(fabric: Fabric, counter) -> int:
 # -- labels suggest ------------------------------------------------------------------
 @labels_app.command("suggest")
 @cli_errors
-def suggest(
+def suggest_command(
     matrix: Path = MATRIX,
-    json_out: bool = JSON_OUT,
+    as_json: bool = JSON_OUT,
     apply: bool = typer.Option(False, "--apply",
                                help="Accept the suggestions and write the labelled fabric to --out."),
     out: Optional[Path] = typer.Option(None, "--out", "-o",
@@ -152,7 +152,7 @@ def suggest(
             labels = LabelSet.from_fabric(fabric)
             applied, kept = apply_suggestions(labels, fabric.devices, found.changes, not keep_contradicting)
             save(labels.apply(fabric))
-    if json_out:
+    if as_json:
         doc = found.to_json()
         doc["applied"] = applied
         doc["kept"] = kept
@@ -188,7 +188,7 @@ def _print_suggestions(fabric: Fabric, found) -> None:
 # -- labels set ----------------------------------------------------------------------
 @labels_app.command("set")
 @cli_errors
-def set_labels(
+def set_command(
     matrix: Path = MATRIX,
     out: Path = typer.Option(..., "--out", "-o", help="Fabric JSON to write (may be --matrix)."),
     host: list[str] = typer.Option(..., "--host", help="Host to label; repeatable."),
@@ -233,7 +233,7 @@ def _set_labels(fabric, save, matrix, host, gpu, changes) -> None:
 # -- labels fill ---------------------------------------------------------------------
 @labels_app.command("fill")
 @cli_errors
-def fill(
+def fill_command(
     matrix: Path = MATRIX,
     out: Path = typer.Option(..., "--out", "-o", help="Fabric JSON to write with the estimates."),
     estimate: list[str] = typer.Option(
@@ -242,7 +242,7 @@ def fill(
              "(NV1, PIX, PXB, PHB, NODE, SYS); repeatable. Example: --estimate zone=0.5,5"),
     learn: bool = typer.Option(True, "--learn/--no-learn",
                                help="Where no --estimate is set, use medians of measured pairs at the same level."),
-    json_out: bool = JSON_OUT,
+    as_json: bool = JSON_OUT,
 ) -> None:
     """Fill unmeasured pairs from labels and GPU links; every filled pair is marked estimated."""
     from geoconsole.prepare import fill as fill_pairs
@@ -257,14 +257,14 @@ def fill(
             raise
         save(filled)
     total = estimated_pair_count(filled)
-    if json_out:
+    if as_json:
         typer.echo(json.dumps({"out": str(out), "filled_pairs": count, "estimated_pairs": total}))
         return
     typer.echo(f"filled {count} unmeasured pairs ({total} estimated in all); wrote {out}")
 
 
 # -- select --------------------------------------------------------------------------
-def select(
+def select_command(
     matrix: Path = MATRIX,
     pp: int = typer.Option(..., "--pp", min=1, help="Pipeline stages D_PP."),
     dp: int = typer.Option(..., "--dp", min=1, help="Data-parallel replicas D_DP."),
@@ -274,7 +274,7 @@ def select(
     regions: Optional[str] = typer.Option(
         None, "--regions", help="Comma-separated regions or zones; only devices in them take part."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the selected sub-fabric here."),
-    json_out: bool = JSON_OUT,
+    as_json: bool = JSON_OUT,
 ) -> None:
     """Choose which D_PP x D_DP devices take part (ADR-0021 group_locality) and say why
     the others are left out."""
@@ -289,7 +289,7 @@ def select(
     chosen = select_rows(fabric, pp * dp, group_locality, wanted)
     if out is not None:
         selected_fabric(fabric, chosen).save(out, inputs=[("--matrix", matrix)])
-    if json_out:
+    if as_json:
         doc = chosen.to_json()
         doc["devices"] = [fabric.device_name(i) for i in chosen.rows]
         for entry in doc["left_out"]:
@@ -311,4 +311,4 @@ def select(
 def register(app: typer.Typer) -> None:
     """Add this module's commands to ``app``."""
     app.add_typer(labels_app, name="labels")
-    app.command("select")(cli_errors(select))
+    app.command("select")(cli_errors(select_command))

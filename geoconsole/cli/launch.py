@@ -83,7 +83,7 @@ def _plan(fabric, ranks, hosts, command, *, mode, backend, port, workdir, env, i
                       port=port, workdir=workdir, env=env, interfaces=ifaces)
 
 
-def launch_cmd(
+def launch_command(
     command: List[str] = typer.Argument(None, help="The training command, after '--' (e.g. -- train.py --steps 100)."),
     matrix: Path = MATRIX,
     rank_map: str = RANK_MAP,
@@ -159,7 +159,7 @@ async def _launch(plan, fabric, ranks, hosts, inv, command, opts, abort_on_failu
         sink=sink, abort_on_failure=abort_on_failure, grace_s=grace)
 
 
-def export_cmd(
+def export_command(
     matrix: Path = MATRIX,
     rank_map: str = RANK_MAP,
     fmt: str = typer.Option("json", "--format", "-f", help="torchrun | slurm | rankfile | json"),
@@ -204,7 +204,7 @@ def export_cmd(
     typer.echo(f"wrote {output} ({fmt}, {plan.world_size} ranks)", err=True)
 
 
-def validate_cmd(
+def validate_command(
     matrix: Path = MATRIX,
     inventory: Path = INVENTORY_REQUIRED,
     c_pp: float = C_PP,
@@ -290,6 +290,6 @@ async def _validate(fabric, workload, hosts, inv, known_hosts, accept_new, **kwa
 def register(app: typer.Typer) -> None:
     """Add launch, export and validate to ``app``."""
     ctx = {"allow_extra_args": False, "ignore_unknown_options": False}
-    app.command("launch", context_settings=ctx)(cli_errors(launch_cmd))
-    app.command("export")(cli_errors(export_cmd))
-    app.command("validate")(cli_errors(validate_cmd))
+    app.command("launch", context_settings=ctx)(cli_errors(launch_command))
+    app.command("export")(cli_errors(export_command))
+    app.command("validate")(cli_errors(validate_command))

@@ -117,7 +117,7 @@ def _emit(doc: dict, as_json: bool, text: str) -> None:
     typer.echo(json.dumps(doc, indent=1) if as_json else text)
 
 
-def solve_cmd(
+def solve_command(
     matrix: Path = MATRIX,
     pp: Optional[int] = PP,
     dp: Optional[int] = DP,
@@ -194,7 +194,7 @@ def _record_solve(path: Path, doc: dict) -> None:
         raise UserError(f"{path}: cannot write run record: {exc.strerror or exc}") from None
 
 
-def score_cmd(
+def score_command(
     matrix: Path = MATRIX,
     rank_map: str = RANK_MAP,
     pp: Optional[int] = PP,
@@ -225,7 +225,7 @@ def score_cmd(
     _emit(doc, as_json, "\n".join(format_score(doc) + [format_rank_map(doc["rank_map"])]))
 
 
-def demo_cmd(
+def demo_command(
     baseline_samples: int = typer.Option(200, "--baseline-samples", min=0, max=MAX_BASELINE_SAMPLES,
                                          help="Random placements per baseline."),
     seed: int = typer.Option(7, "--seed", min=0, help="Random seed."),
@@ -258,7 +258,7 @@ def demo_cmd(
         typer.echo(f"  lower bound      {doc['lower_bound']['comm_s']:.2f} s")
 
 
-def selftest_cmd() -> None:
+def selftest_command() -> None:
     """Check the exact solvers against brute force, symmetrisation and input validation."""
     from geoconsole.selftest import run_selftest
 
@@ -269,7 +269,7 @@ def selftest_cmd() -> None:
 
 def register(app: typer.Typer) -> None:
     """Add solve, score, demo and selftest to ``app``."""
-    app.command("solve")(cli_errors(solve_cmd))
-    app.command("score")(cli_errors(score_cmd))
-    app.command("demo")(cli_errors(demo_cmd))
-    app.command("selftest")(cli_errors(selftest_cmd))
+    app.command("solve")(cli_errors(solve_command))
+    app.command("score")(cli_errors(score_command))
+    app.command("demo")(cli_errors(demo_command))
+    app.command("selftest")(cli_errors(selftest_command))
