@@ -13,7 +13,7 @@ from typing import List, Optional
 
 import typer
 
-from geoconsole.cli.errors import UserError, cli_errors
+from geoconsole.cli.errors import UserError, cli_errors, flag
 from geoconsole.cli.exitcodes import ExitCode
 
 from geoconsole.cli.options import (ACCEPT_NEW, C_DP, C_PP, DP, DP_MSG, PP, PP_MSG, GROUP_LOCALITY, INVENTORY, INVENTORY_REQUIRED, JSON_OUT, KNOWN_HOSTS, MATRIX,
@@ -74,13 +74,20 @@ def _env(pairs: Optional[List[str]]) -> dict[str, str]:
 
 
 def _plan(fabric, ranks, hosts, command, *, mode, backend, port, workdir, env, interface, interfaces=None):
-    from geoconsole.launch.plan import build_plan
+    from geoconsole.launch.plan import LaunchError, build_plan
 
     ifaces = dict(interfaces or {})
     if interface:
         ifaces["*"] = interface
-    return build_plan(ranks, fabric.devices, hosts, command, mode=mode, backend=backend,
-                      port=port, workdir=workdir, env=env, interfaces=ifaces)
+    try:
+        return build_plan(ranks, fabric.devices, hosts, command, mode=mode, backend=backend,
+                          port=port, workdir=workdir, env=env, interfaces=ifaces)
+    except LaunchError as exc:
+        if exc.field == "command":
+            raise UserError("command: give the training command after '--', e.g. -- train.py --steps 10") from None
+        if exc.field is not None and str(exc).startswith(exc.field):
+            raise UserError(f"--{exc}") from None
+        raise
 
 
 def launch_command(
@@ -191,7 +198,8 @@ def export_command(
         command = ["<command>"]
     plan = _plan(fabric, ranks, hosts, command or ["<command>"], mode=mode, backend=backend,
                  port=port, workdir=workdir, env=_env(env), interface=interface)
-    text = export(plan, fmt)
+    with flag(f"--format {fmt}"):
+        text = export(plan, fmt)
     if parse(text, fmt) != plan_slots(plan):  # an export must read back to the same mapping
         raise ExportError(f"--format {fmt}: the export does not read back to the plan")
     if output is None:

@@ -75,14 +75,14 @@ def rank_map_of(slots: list[RankSlot]) -> list[int]:
 
 def export(plan: LaunchPlan, fmt: str) -> str:
     if fmt not in FORMATS:
-        raise ExportError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+        raise ExportError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
     return {"torchrun": export_torchrun, "slurm": export_slurm,
             "rankfile": export_rankfile, "json": export_json}[fmt](plan)
 
 
 def parse(text: str, fmt: str, source: str = "<export>") -> list[RankSlot]:
     if fmt not in FORMATS:
-        raise ExportError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+        raise ExportError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
     return {"torchrun": parse_torchrun, "slurm": parse_slurm,
             "rankfile": parse_rankfile, "json": parse_json}[fmt](text, source)
 
@@ -154,7 +154,7 @@ exit "$failed"
 
 def export_torchrun(plan: LaunchPlan) -> str:
     if plan.mode != "torchrun":
-        raise ExportError("--format torchrun: the plan uses --mode env; export it with --mode torchrun")
+        raise ExportError("the plan uses mode env; a torchrun script needs mode torchrun")
     lines = [
         _SCRIPT_HEAD.format(
             master_addr=quote(plan.master_addr), port=plan.master_port, master_host=quote(plan.master_host),
@@ -234,7 +234,7 @@ def export_slurm(plan: LaunchPlan) -> str:
     """``SLURM_HOSTFILE`` contents: one node name per line, line r = task (rank) r."""
     for p in plan.processes:
         if not _SLURM_HOST.match(p.host):
-            raise ExportError(f"--format slurm: host {p.host!r}: not a name Slurm's hostfile reader keeps")
+            raise ExportError(f"host {p.host!r}: not a name Slurm's hostfile reader keeps")
     out = [
         "# SLURM_HOSTFILE for: srun --distribution=arbitrary --ntasks=%d" % plan.world_size,
         "# Host line r (comments skipped) runs task r, the global rank r.",
@@ -296,7 +296,7 @@ def export_rankfile(plan: LaunchPlan) -> str:
     ]
     for p in plan.processes:
         if not _RANKFILE_HOST.match(p.host):
-            raise ExportError(f"--format rankfile: host {p.host!r}: not a name Open MPI's rankfile accepts")
+            raise ExportError(f"host {p.host!r}: not a name Open MPI's rankfile accepts")
         slot = p.gpu if p.gpu is not None else p.local_index
         out.append(f"rank {p.rank}={p.host} slot={slot} # gpu={_gpu_text(p.gpu)} device={p.device}")
     return "\n".join(out) + "\n"

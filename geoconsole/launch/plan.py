@@ -49,7 +49,15 @@ _IFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}\Z")
 
 
 class LaunchError(InputError):
-    """A launch plan cannot be built; the message is one line naming the field or host."""
+    """A launch plan cannot be built; the message is one line naming the field or host.
+
+    ``field`` names the plan option at fault (mode, backend, port, env, interface,
+    command), so the command line can name the flag it came from.
+    """
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -206,12 +214,12 @@ def _check_rank_map(rank_map: Sequence[int], n: int) -> list[int]:
 def _check_env(env: Mapping[str, str]) -> None:
     for k in env:
         if not _ENV_NAME.match(k):
-            raise LaunchError(f"--env {k!r}: not a valid environment variable name")
+            raise LaunchError(f"env {k!r}: not a valid environment variable name", "env")
 
 
 def _check_interface(value: str | None, where: str) -> None:
     if value is not None and not _IFACE.match(value):
-        raise LaunchError(f"{where}: interface {value!r}: not an interface name")
+        raise LaunchError(f"{where}: {value!r}: not an interface name", "interface")
 
 
 def default_backend(devices: Sequence[Any]) -> str:
@@ -241,20 +249,20 @@ def build_plan(
     Raises :class:`LaunchError` with a one-line message.
     """
     if mode not in MODES:
-        raise LaunchError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
+        raise LaunchError(f"mode {mode!r}: expected one of {', '.join(MODES)}", "mode")
     backend = backend or default_backend(devices)
     if backend not in BACKENDS:
-        raise LaunchError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+        raise LaunchError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}", "backend")
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        raise LaunchError(f"--port {port!r}: expected a TCP port 1..65535")
+        raise LaunchError(f"port {port!r}: expected a TCP port 1..65535", "port")
     command = tuple(str(a) for a in command)
     if not command or not command[0]:
-        raise LaunchError("command: give the training command after '--', e.g. -- train.py --steps 10")
+        raise LaunchError("command: give the training command, e.g. train.py --steps 10", "command")
     env = dict(env or {})
     _check_env(env)
     interfaces = dict(interfaces or {})
     for name, iface in interfaces.items():
-        _check_interface(iface, f"--interface {name}")
+        _check_interface(iface, "interface" if name == "*" else f"interface of {name}")
     if not isinstance(hosts, Mapping):
         hosts = {h.name: h for h in hosts}
     n = len(devices)
