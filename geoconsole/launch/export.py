@@ -129,7 +129,7 @@ trap stop INT TERM
 # launch RANK HOST GPU DEVICE DESTINATION SSH_PORT REMOTE_COMMAND
 # SSH overrides the ssh command and its options, e.g. SSH="ssh -i ~/.ssh/train_key".
 launch() {{
-    ${{SSH:-ssh}} -tt -o BatchMode=yes -p "$6" "$5" "$7" \\
+    ${{SSH:-ssh}} -tt -o BatchMode=yes -p "$6" -- "$5" "$7" \\
         > >(sed -u "s/\\r\\$//; s/^/[rank $1 $2] /") 2>&1 < /dev/null &
     pids+=($!)
 }}
