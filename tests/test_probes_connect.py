@@ -94,6 +94,19 @@ def test_a_refused_port_is_the_hosts_error(known):
     assert str(exc) == f"b: connection refused at 127.0.0.1:{port} (no SSH server listening)"
 
 
+def test_a_host_that_accepts_but_never_speaks_ssh_times_out_within_the_connect_timeout(known):
+    with socket.socket() as listener:  # the kernel accepts; no banner ever comes
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        start = time.monotonic()
+        exc = connect(SSHTarget("mute", "127.0.0.1", port), known_hosts=known, connect_timeout=1)
+        elapsed = time.monotonic() - start
+    assert isinstance(exc, ConnectError) and exc.kind == "timeout", repr(exc)
+    assert str(exc) == f"mute: connect to 127.0.0.1:{port} timed out after 1 s"
+    assert elapsed < 20
+
+
 def test_a_resolver_that_never_answers_times_out_within_the_connect_timeout(monkeypatch, known):
     release = threading.Event()
 
