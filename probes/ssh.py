@@ -476,10 +476,17 @@ class HostSession:
     async def start(
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None
     ) -> asyncssh.SSHClientProcess:
-        """Start ``argv`` (quoted) as a long-lived process with text stdin/stdout pipes."""
+        """Start ``argv`` (quoted) as a long-lived process with text stdin/stdout pipes.
+
+        Raises :class:`SSHError` when the host cannot be reached or refuses the channel.
+        """
         if self.closed:
             await self.reconnect()
-        return await self.conn.create_process(quote_command(argv, env), encoding="utf-8")
+        command = quote_command(argv, env)
+        try:
+            return await self.conn.create_process(command, encoding="utf-8")
+        except (asyncssh.Error, OSError) as exc:
+            raise SSHError(self.host.name, f"cannot start {_short(command)}: {getattr(exc, 'reason', None) or exc}") from None
 
     async def write_file(self, path: str, text: str, *, mode: str = "600") -> None:
         """Write ``text`` to ``path`` on the host (relative paths are under $HOME)."""
