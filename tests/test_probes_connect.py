@@ -198,6 +198,19 @@ def test_validate_names_the_host_it_cannot_reach(tmp_path, bad_inventory, known)
     assert "name does not resolve" in line or "connection refused" in line
 
 
+def test_probe_reports_each_bad_host_as_lost_and_exits_3(tmp_path, bad_inventory, known):
+    out, events = tmp_path / "fabric.json", tmp_path / "events.jsonl"
+    r = run("probe", "-i", str(bad_inventory), "-o", str(out), "--known-hosts", str(known),
+            "--ssh-config", "/nonexistent", "--connect-timeout", "2", "--events", str(events))
+    assert r.exit_code == 3, r.output
+    assert "Traceback" not in r.output and len(error_lines(r)) == 1
+    lost = {e["host"]: e["reason"] for e in map(json.loads, events.read_text().splitlines())
+            if e["event"] == "HostLost"}
+    assert lost["a"].startswith(f"name does not resolve: {UNRESOLVABLE}")
+    assert lost["b"].startswith("connection refused at 127.0.0.1:")
+    assert json.loads(out.read_text())["beta_gbps"][0][1] is None  # written, the pair null
+
+
 @pytest.mark.parametrize("command", ["inventory", "probe", "launch", "validate"])
 def test_known_hosts_that_is_a_folder_is_refused_before_connecting(tmp_path, bad_inventory, command):
     fabric = tmp_path / "fabric.json"
