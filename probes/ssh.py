@@ -10,9 +10,15 @@ The rules every caller gets for free:
   does.
 * **Keys** come from the host's ``identity`` (inventory) or, without one, from the SSH
   agent and the default ``~/.ssh/id_*`` files.
-* **Timeouts**: a connect (TCP + handshake + login) timeout, a per-command timeout,
-  and keepalives so that a dead host is noticed within
+* **Timeouts**: a connect (name resolution + TCP + handshake + login) timeout, a
+  per-command timeout, and keepalives so that a dead host is noticed within
   ``keepalive_interval * (keepalive_count_max + 1)`` seconds.
+* **Connect failures are one host's error**: a name that does not resolve, a refused or
+  unreachable port, a timeout, a refused login or host key, an unreadable known_hosts:
+  each is a :class:`ConnectError` (or :class:`HostKeyError`) naming the host, with
+  ``kind`` saying which; nothing else escapes :meth:`SSHPool.connect`. Name resolution
+  runs in a daemon thread under the connect timeout, so a resolver that never answers
+  neither holds the connect nor the process's exit.
 * **Concurrency**: at most ``max_connecting`` handshakes at once (sshd's ``MaxStartups``
   refuses bursts of unauthenticated connections, by default beyond 10).
 * **Reconnect once**: :meth:`HostSession.run` reconnects once when the connection has
@@ -36,20 +42,28 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import errno
 import getpass
+import ipaddress
 import logging
 import os
 import shlex
+import socket
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
 import asyncssh
 
+from solver.files import FileError, append_line, read_text
+
 # asyncssh logs every channel at INFO; the console shows its own one-line errors.
 logging.getLogger("asyncssh").setLevel(logging.WARNING)
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+#: Largest known_hosts file read (OpenSSH's own are kilobytes).
+MAX_KNOWN_HOSTS_BYTES = 16 << 20
 
 
 class HostLike(Protocol):
@@ -77,6 +91,8 @@ class SSHError(Exception):
     def __init__(self, host: str, message: str) -> None:
         super().__init__(f"{host}: {message}")
         self.host = host
+        #: The message without the host name (for a table row that already names it).
+        self.reason = message
 
 
 class HostKeyError(SSHError):
@@ -100,7 +116,16 @@ class HostKeyError(SSHError):
 
 
 class ConnectError(SSHError):
-    """The host could not be reached or refused the login."""
+    """The host could not be reached or refused the login.
+
+    ``kind``: ``"resolve"`` (the name does not resolve), ``"refused"`` (nothing listens),
+    ``"unreachable"`` (no route), ``"timeout"``, ``"login"`` (authentication refused),
+    ``"known_hosts"`` (the known_hosts file cannot be read or written) or ``"other"``.
+    """
+
+    def __init__(self, host: str, message: str, kind: str = "other") -> None:
+        super().__init__(host, message)
+        self.kind = kind
 
 
 class CommandTimeout(SSHError):
@@ -139,6 +164,27 @@ def quote_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
     return " ".join(parts)
 
 
+def read_known_hosts(path: str | os.PathLike[str]) -> asyncssh.SSHKnownHosts:
+    """The entries of the known_hosts file ``path``; a missing file holds none.
+
+    A folder, FIFO or device, an unreadable, oversized, non-UTF-8 or malformed file is a
+    :class:`~solver.files.FileError` with one line naming the file (check it before
+    connecting: the CLI does, for ``--known-hosts``).
+    """
+    path = Path(os.path.expanduser(str(path)))
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return asyncssh.import_known_hosts("")
+    except OSError:
+        pass  # read_text says why
+    text = read_text(path, "known_hosts", max_bytes=MAX_KNOWN_HOSTS_BYTES)
+    try:
+        return asyncssh.import_known_hosts(text)
+    except ValueError as exc:
+        raise FileError(f"{path}: {_short(str(exc))}") from None
+
+
 def known_hosts_pattern(address: str, port: int) -> str:
     """The known_hosts host field for ``address:port`` (``[addr]:port`` off port 22)."""
     return address if port == 22 else f"[{address}]:{port}"
@@ -150,20 +196,24 @@ class _VerifyingClient(asyncssh.SSHClient):
     def __init__(self, pool: "SSHPool", host: HostLike) -> None:
         self._pool = pool
         self._host = host
-        self.rejected: HostKeyError | None = None
+        self.rejected: SSHError | None = None
 
     def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
         path = self._pool.known_hosts_path
         algorithm = key.get_algorithm()
         fingerprint = key.get_fingerprint("sha256")
-        recorded = self._pool._recorded_keys(self._host.address, addr, port)
-        if recorded:
-            self.rejected = HostKeyError(self._host.name, "changed", algorithm, fingerprint, str(path))
+        try:
+            recorded = self._pool._recorded_keys(self._host, addr, port)
+            if recorded:
+                self.rejected = HostKeyError(self._host.name, "changed", algorithm, fingerprint, str(path))
+                return False
+            if not self._pool.accept_new:
+                self.rejected = HostKeyError(self._host.name, "unknown", algorithm, fingerprint, str(path))
+                return False
+            self._pool._record_key(self._host, port, key)
+        except ConnectError as exc:
+            self.rejected = exc
             return False
-        if not self._pool.accept_new:
-            self.rejected = HostKeyError(self._host.name, "unknown", algorithm, fingerprint, str(path))
-            return False
-        self._pool._record_key(self._host.address, port, key)
         return True
 
 
@@ -200,37 +250,50 @@ class SSHPool:
 
     # -- known_hosts ---------------------------------------------------------------
 
-    def _load_known(self) -> asyncssh.SSHKnownHosts:
+    def _known_for(self, host: HostLike) -> asyncssh.SSHKnownHosts:
         try:
-            text = self.known_hosts_path.read_text()
-        except FileNotFoundError:
-            text = ""
-        return asyncssh.import_known_hosts(text)
+            return read_known_hosts(self.known_hosts_path)
+        except FileError as exc:
+            raise ConnectError(host.name, f"known_hosts: {exc}", "known_hosts") from None
 
-    def _recorded_keys(self, host: str, addr: str, port: int) -> list[asyncssh.SSHKey]:
-        trusted, *_ = self._load_known().match(host, addr, port)
+    def _recorded_keys(self, host: HostLike, addr: str, port: int) -> list[asyncssh.SSHKey]:
+        """Keys known_hosts holds for ``host`` (by its address) or for the IP ``addr``.
+
+        asyncssh reads its ``addr`` argument as an IP address; a name goes in ``host`` only.
+        """
+        trusted, *_ = self._known_for(host).match(host.address, addr if _is_ip(addr) else "", port)
         return list(trusted)
 
-    def _record_key(self, address: str, port: int, key: asyncssh.SSHKey) -> None:
-        line = f"{known_hosts_pattern(address, port)} {key.export_public_key().decode().strip()}\n"
-        self.known_hosts_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        existing = self.known_hosts_path.read_text() if self.known_hosts_path.exists() else ""
-        if existing and not existing.endswith("\n"):
-            line = "\n" + line
-        fd = os.open(self.known_hosts_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        with os.fdopen(fd, "a") as handle:
-            handle.write(line)
+    def _record_key(self, host: HostLike, port: int, key: asyncssh.SSHKey) -> None:
+        address = host.address
+        line = f"{known_hosts_pattern(address, port)} {key.export_public_key().decode().strip()}"
+        path = self.known_hosts_path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            try:  # a new known_hosts is private, as OpenSSH's ~/.ssh is
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+            except FileExistsError:
+                pass
+            append_line(path, line)
+        except (OSError, FileError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise ConnectError(host.name, f"known_hosts: cannot record the new key: {why}", "known_hosts") from None
         self.accepted.append((address, key.get_algorithm(), key.get_fingerprint("sha256")))
 
     # -- connections ---------------------------------------------------------------
 
     async def connect(self, host: HostLike) -> asyncssh.SSHClientConnection:
-        """Open a new verified connection to ``host`` (raises an :class:`SSHError`)."""
+        """Open a new verified connection to ``host``.
+
+        Raises only :class:`SSHError` subclasses (see :class:`ConnectError` ``kind``),
+        within about ``connect_timeout`` seconds of getting a handshake slot.
+        """
         client = _VerifyingClient(self, host)
+        username = host.user or getpass.getuser()
         options: dict[str, Any] = dict(
             port=host.port,
-            username=host.user or getpass.getuser(),
-            known_hosts=self._load_known(),
+            username=username,
+            known_hosts=self._known_for(host),
             client_factory=lambda: client,
             connect_timeout=self.connect_timeout,
             login_timeout=self.connect_timeout,
@@ -246,30 +309,47 @@ class SSHPool:
             options["client_keys"] = self.client_keys
         where = f"{host.address}:{host.port}"
         async with self._connecting:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.connect_timeout
+            await _resolve(host, self.connect_timeout)
+            left = max(deadline - loop.time(), 0.1)
             try:
-                return await asyncio.wait_for(
-                    asyncssh.connect(host.address, **options), self.connect_timeout + 1
-                )
+                return await asyncio.wait_for(asyncssh.connect(host.address, **options), left + 1)
             except asyncssh.HostKeyNotVerifiable:
                 if client.rejected is not None:
                     raise client.rejected from None
-                raise ConnectError(host.name, f"host key of {where} not verifiable") from None
+                raise ConnectError(host.name, f"host key of {where} not verifiable", "login") from None
             except asyncssh.PermissionDenied:
-                raise ConnectError(host.name, f"login refused at {where} (user {options['username']})") from None
+                raise ConnectError(host.name, f"login refused at {where} (user {username})", "login") from None
             except (asyncio.TimeoutError, TimeoutError):
-                raise ConnectError(host.name, f"connect to {where} timed out after {self.connect_timeout:g} s") from None
-            except (OSError, asyncssh.Error) as exc:
+                raise ConnectError(host.name, f"connect to {where} timed out after {self.connect_timeout:g} s",
+                                   "timeout") from None
+            except socket.gaierror as exc:
+                raise _not_resolved(host, exc) from None
+            except ConnectionRefusedError:
+                raise ConnectError(host.name, f"connection refused at {where} (no SSH server listening)",
+                                   "refused") from None
+            except OSError as exc:
+                if exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EADDRNOTAVAIL):
+                    raise ConnectError(host.name, f"{where} is unreachable: {exc.strerror}", "unreachable") from None
+                if identity and exc.filename and os.path.expanduser(identity) == str(exc.filename):
+                    raise ConnectError(host.name, f"identity {identity}: {exc.strerror or exc}", "login") from None
+                raise ConnectError(host.name, f"cannot connect to {where}: {exc.strerror or exc}") from None
+            except asyncssh.KeyImportError as exc:
+                raise ConnectError(host.name, f"identity {identity or '(default keys)'}: {exc}", "login") from None
+            except asyncssh.Error as exc:
                 # With keys recorded, asyncssh offers only their types; a server whose key
                 # changed type then drops the handshake. Tell that apart from other failures.
                 changed = await self._changed_key_error(host)
                 if changed is not None:
                     raise changed from None
-                reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
-                raise ConnectError(host.name, f"cannot connect to {where}: {reason}") from None
+                raise ConnectError(host.name, f"cannot connect to {where}: {exc.reason or exc}") from None
+            except ValueError as exc:  # asyncssh's checks of options and keys
+                raise ConnectError(host.name, f"cannot connect to {where}: {exc}") from None
 
     async def _changed_key_error(self, host: HostLike) -> HostKeyError | None:
         """A HostKeyError if the host now offers a key that known_hosts does not hold."""
-        recorded = self._recorded_keys(host.address, host.address, host.port)
+        recorded = self._recorded_keys(host, host.address, host.port)
         if not recorded:
             return None
         try:
@@ -396,10 +476,17 @@ class HostSession:
     async def start(
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None
     ) -> asyncssh.SSHClientProcess:
-        """Start ``argv`` (quoted) as a long-lived process with text stdin/stdout pipes."""
+        """Start ``argv`` (quoted) as a long-lived process with text stdin/stdout pipes.
+
+        Raises :class:`SSHError` when the host cannot be reached or refuses the channel.
+        """
         if self.closed:
             await self.reconnect()
-        return await self.conn.create_process(quote_command(argv, env), encoding="utf-8")
+        command = quote_command(argv, env)
+        try:
+            return await self.conn.create_process(command, encoding="utf-8")
+        except (asyncssh.Error, OSError) as exc:
+            raise SSHError(self.host.name, f"cannot start {_short(command)}: {getattr(exc, 'reason', None) or exc}") from None
 
     async def write_file(self, path: str, text: str, *, mode: str = "600") -> None:
         """Write ``text`` to ``path`` on the host (relative paths are under $HOME)."""
@@ -409,6 +496,57 @@ class HostSession:
             f"&& chmod {shlex.quote(mode)} {shlex.quote(path)}.tmp.$$ && mv -f {shlex.quote(path)}.tmp.$$ {shlex.quote(path)}"
         )
         await self.run_shell(script, input=text, check=True)
+
+
+def _is_ip(address: str) -> bool:
+    try:
+        ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    return True
+
+
+def _not_resolved(host: HostLike, exc: socket.gaierror) -> ConnectError:
+    why = exc.strerror or str(exc)
+    return ConnectError(host.name, f"name does not resolve: {host.address} ({why})", "resolve")
+
+
+async def _resolve(host: HostLike, timeout: float) -> None:
+    """Check that ``host.address`` resolves, within ``timeout`` (ConnectError otherwise).
+
+    ``getaddrinfo`` runs in a daemon thread: one that never returns is abandoned, and
+    holds neither the event loop's executor nor the process's exit.
+    """
+    if _is_ip(host.address):
+        return
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[BaseException | None] = loop.create_future()
+
+    def settle(outcome: BaseException | None) -> None:
+        if not done.done():
+            done.set_result(outcome)
+
+    def lookup() -> None:
+        outcome: BaseException | None = None
+        try:
+            socket.getaddrinfo(host.address, host.port, type=socket.SOCK_STREAM)
+        except BaseException as exc:  # handed to the loop, raised there
+            outcome = exc
+        try:
+            loop.call_soon_threadsafe(settle, outcome)
+        except RuntimeError:  # the loop is gone: nobody waits any more
+            pass
+
+    threading.Thread(target=lookup, name=f"resolve {host.name}", daemon=True).start()
+    try:
+        outcome = await asyncio.wait_for(done, timeout)
+    except (asyncio.TimeoutError, TimeoutError):
+        raise ConnectError(host.name, f"name {host.address} did not resolve within {timeout:g} s",
+                           "timeout") from None
+    if isinstance(outcome, socket.gaierror):
+        raise _not_resolved(host, outcome)
+    if isinstance(outcome, (OSError, UnicodeError, ValueError)):
+        raise ConnectError(host.name, f"name does not resolve: {host.address} ({outcome})", "resolve")
 
 
 def _text(value: Any) -> str:

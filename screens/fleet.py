@@ -78,6 +78,10 @@ class FleetScreen(ConsoleScreen):
         ("Accept new host key", "Show the selected host's fingerprint and accept it", "accept_key"),
     )
 
+    #: Seconds to resolve, connect and log in to one host; a host that takes longer is
+    #: "failed" with the reason (never left "connecting").
+    connect_timeout_s: float = 10.0
+
     def __init__(self) -> None:
         super().__init__()
         self.fleet = FleetState()
@@ -201,7 +205,7 @@ class FleetScreen(ConsoleScreen):
         from probes.ssh import SSHPool  # asyncssh: imported only when the fleet is used
 
         known = getattr(self.session, "known_hosts", None)
-        options = {"accept_new": accept_new, "connect_timeout": 10}
+        options = {"accept_new": accept_new, "connect_timeout": self.connect_timeout_s}
         if known:
             options["known_hosts"] = known
         pool = SSHPool(**options)
@@ -222,10 +226,13 @@ class FleetScreen(ConsoleScreen):
             if exc.kind == "unknown":
                 self._update(name, state="new host key", error=f"unknown key {exc.fingerprint} (k: review)", key_error=exc)
             else:
-                self._update(name, state="failed", error=" ".join(str(exc).split()))
+                self._update(name, state="failed", error=" ".join(exc.reason.split()))
             return
-        except SSHError as exc:
-            self._update(name, state="failed", error=" ".join(str(exc).split()))
+        except SSHError as exc:  # the row names the host: show the reason alone
+            self._update(name, state="failed", error=" ".join(exc.reason.split()))
+            return
+        except Exception as exc:  # noqa: BLE001 - a row must never stay "connecting"
+            self._update(name, state="failed", error=" ".join(f"{type(exc).__name__}: {exc}".split()))
             return
         self._update(name, state="connected", gpus=gpus, versions=versions, labels=labels)
 

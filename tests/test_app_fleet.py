@@ -31,6 +31,39 @@ async def test_connect_discovers_every_host(emulated_fleet):
             assert row.gpus == "CPU" and "python" in row.versions
 
 
+async def test_unreachable_hosts_fail_with_their_reason_within_the_connect_timeout(emulated_fleet, tmp_path):
+    import socket
+
+    f = emulated_fleet
+    inventory = f.write_inventory(tmp_path / "hosts.toml")
+    with socket.socket() as mute:  # accepts TCP, never sends an SSH banner
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(8)
+        inventory.write_text(inventory.read_text() + "\n".join([
+            "", "[[hosts]]", 'name = "ghost"', 'address = "ghost.invalid"',
+            "", "[[hosts]]", 'name = "closed"', f'address = "{f.hosts[0].address}"', "port = 2222",
+            "", "[[hosts]]", 'name = "mute"', 'address = "127.0.0.1"', f"port = {mute.getsockname()[1]}", ""]))
+        app = demo_app(inventory=inventory)
+        app.session.known_hosts = str(f.known_hosts_path)
+        async with app.run_test(size=(160, 40)) as pilot:
+            screen = app.screen
+            screen.connect_timeout_s = 2
+            await pilot.press("c")
+            bad = ("ghost", "closed", "mute")
+            # the bad hosts are reported within the 2 s connect timeout (20 s: a busy machine)
+            await wait_until(lambda: all(screen.fleet.rows[n].state == "failed" for n in bad), 20)
+            rows = screen.fleet.rows
+            assert rows["ghost"].error.startswith("name does not resolve: ghost.invalid")
+            assert rows["closed"].error == f"connection refused at {f.hosts[0].address}:2222 (no SSH server listening)"
+            assert rows["mute"].error.startswith("connect to 127.0.0.1:") and rows["mute"].error.endswith("timed out after 2 s")
+            names = [h.name for h in f.hosts]
+            await wait_until(lambda: all(rows[n].state in ("connected", "failed") for n in names), 120)
+            assert all(rows[n].state == "connected" for n in names), [rows[n].error for n in names]
+            await pilot.pause()
+            summary = str(screen.query_one("#fleet-summary").render())
+            assert f"{len(names)} connected, 3 failed" in summary, summary
+
+
 async def test_unknown_host_key_waits_for_a_confirmation(emulated_fleet, tmp_path):
     f = emulated_fleet
     app = demo_app(inventory=f.inventory_path)

@@ -101,7 +101,7 @@ def test_reconnects_once_after_the_connection_drops(emulated_fleet):
             reconnects = session.reconnects
             fleet.stop_sshd("h2")
             try:
-                with pytest.raises(ConnectError, match="h2: cannot connect to .*:22"):
+                with pytest.raises(ConnectError, match="h2: connection refused at .*:22"):
                     await session.run(["hostname"])
             finally:
                 fleet.start_sshd("h2")
@@ -167,3 +167,40 @@ def test_command_timeout_raises_and_the_session_stays_usable(emulated_fleet):
     for pid, cmd in fleet.processes("h0"):  # the closed command may linger; tidy up
         if "sleep 30" in cmd:
             os.kill(pid, signal.SIGKILL)
+
+
+def test_bad_hosts_beside_good_ones_are_each_one_error_line_and_exit_3(emulated_fleet, tmp_path):
+    """A name that does not resolve, a port that refuses, a host that never answers the
+    handshake: each is reported with its reason within the connect timeout, the good
+    hosts are discovered, exit 3, one summary line, no traceback."""
+    import json
+    import socket
+    import time
+
+    require_fleet()
+    fleet = emulated_fleet
+    inventory = fleet.write_inventory(tmp_path / "hosts.toml")
+    with socket.socket() as mute:  # accepts TCP, never sends an SSH banner
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(8)
+        inventory.write_text(inventory.read_text() + "\n".join([
+            "", "[[hosts]]", 'name = "ghost"', 'address = "ghost.invalid"',
+            "", "[[hosts]]", 'name = "closed"', f'address = "{fleet.hosts[0].address}"', "port = 2222",
+            "", "[[hosts]]", 'name = "mute"', 'address = "127.0.0.1"', f"port = {mute.getsockname()[1]}", ""]))
+        start = time.monotonic()
+        r = CliRunner().invoke(app, [
+            "--headless", "inventory", "-i", str(inventory), "--known-hosts", str(fleet.known_hosts_path),
+            "--ssh-config", "/nonexistent/ssh_config", "--connect-timeout", "2", "--json"])
+        elapsed = time.monotonic() - start
+    assert r.exit_code == 3, r.output
+    assert "Traceback" not in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: 3 of 7 hosts failed: ghost: name does not resolve")
+    rows = {h["name"]: h for h in json.loads(r.stdout)["hosts"]}
+    for h in fleet.hosts:
+        assert rows[h.name].get("hostname") == h.name, rows[h.name]
+    assert rows["ghost"]["error"].startswith("ghost: name does not resolve: ghost.invalid")
+    assert rows["closed"]["error"] == f"closed: connection refused at {fleet.hosts[0].address}:2222 (no SSH server listening)"
+    assert rows["mute"]["error"].startswith("mute: connect to 127.0.0.1:") and "timed out after 2 s" in rows["mute"]["error"]
+    assert elapsed < 60, elapsed  # discovery of the good hosts included; the bad ones take <= 2 s each

@@ -273,13 +273,13 @@ def test_unreachable_host_keeps_its_row_with_null_pairs(emulated_fleet, tmp_path
     finally:
         fleet.start_sshd("h0")
     assert result.exit_code == 3, result.output
-    assert "host h0 lost: cannot connect to" in result.output
+    assert "host h0 lost: connection refused at" in result.output
     doc = json.loads(out.read_text())
     assert [d["host"] for d in doc["devices"]] == ["h0", "h2", "h3"]
     assert doc["beta_gbps"][1][2] is not None and doc["beta_gbps"][2][1] is not None
     for k in (1, 2):
         for i, j in ((0, k), (k, 0)):
             assert doc["beta_gbps"][i][j] is None
-            assert doc["fit_flag"][i][j].startswith("host-lost: h0: cannot connect to")
-    assert "2 device pairs unmeasured: h0 - h2 (host-lost: h0: cannot connect" in result.output
+            assert doc["fit_flag"][i][j].startswith("host-lost: h0: connection refused at")
+    assert "2 device pairs unmeasured: h0 - h2 (host-lost: h0: connection refused" in result.output
     assert not wait_no_workers(fleet)

@@ -111,7 +111,7 @@ class TestOthers:
 
     def test_fleet_failing_host(self, snap_compare, tmp_path, monkeypatch):
         """An inventory of one host whose SSH port refuses: after c, its state is 'failed'
-        and the last-error column reads 'dead-1: cannot connect to 127.0.0.1:1: ...'; the line
+        and the last-error column reads 'connection refused at 127.0.0.1:1 (...)'; the line
         under the table repeats the selected host's whole error in red."""
         monkeypatch.chdir(tmp_path)  # the summary names the inventory: keep the path fixed
         Path("hosts.toml").write_text('[[hosts]]\nname = "dead-1"\naddress = "127.0.0.1"\nport = 1\nuser = "nobody"\n')

@@ -16,7 +16,7 @@ import typer
 from geoconsole.cli.errors import UserError, cli_errors
 from geoconsole.cli.exitcodes import ExitCode
 
-from geoconsole.cli.options import ACCEPT_NEW, INVENTORY_REQUIRED as INVENTORY, JSON_OUT, KNOWN_HOSTS
+from geoconsole.cli.options import ACCEPT_NEW, INVENTORY_REQUIRED as INVENTORY, JSON_OUT, KNOWN_HOSTS, known_hosts_flag
 SSH_CONFIG = typer.Option(Path("~/.ssh/config"), "--ssh-config", help="OpenSSH client config whose Host aliases the inventory may use.")
 REGION = typer.Option(None, "--region", help="Region for hosts that have none (inventory, GCE metadata).")
 ZONE = typer.Option(None, "--zone", help="Zone for hosts that have none.")
@@ -33,7 +33,7 @@ def _load_inventory(path: Path, ssh_config: Path):
 def _pool(known_hosts: str, accept_new: bool, connect_timeout: float):
     from probes.ssh import SSHPool  # asyncssh: imported only by fleet commands
 
-    return SSHPool(known_hosts=Path(known_hosts).expanduser(), accept_new=accept_new,
+    return SSHPool(known_hosts=known_hosts_flag(known_hosts), accept_new=accept_new,
                    connect_timeout=connect_timeout)
 
 
@@ -149,7 +149,7 @@ def probe_command(
         raise UserError(f"--out: folder {out.parent} does not exist")
     pool = _pool(known_hosts, accept_new, connect_timeout)
     labels = _labels(region, zone, network_group)
-    events_file = events.open("w") if events else None
+    events_file = _open_events(events, [("--inventory", inventory), ("--out", out)]) if events else None
     try:
         fabric, done, interrupted, lost = asyncio.run(_probe(inv.hosts, pool, settings, labels, out, events_file))
     finally:
@@ -167,6 +167,18 @@ def probe_command(
     if lost:  # a host lost before it had a pair to measure leaves no null behind
         raise UserError(f"{len(lost)} host(s) lost, first {lost[0]}; fabric written to {out} without them",
                         ExitCode.REMOTE)
+
+
+def _open_events(path: Path, inputs):
+    """The ``--events`` file, emptied and open for appending: a regular file or a new
+    path only (a folder, FIFO or device is one line naming the flag, exit 2)."""
+    from solver.files import FileError, write_text
+
+    try:
+        target = write_text(path, "", inputs=inputs)
+        return open(target, "a", encoding="utf-8")
+    except (FileError, OSError) as exc:
+        raise UserError(f"--events: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -211,9 +223,9 @@ async def _probe(hosts, pool, settings, labels, out: Path, events_file):
                         progress.advance(task, 1)
                     elif isinstance(ev, PairFailed):
                         progress.advance(task, 2)
-                        progress.console.print(f"pair {ev.src} - {ev.dst} failed: {ev.reason}")
+                        progress.console.print(f"pair {ev.src} - {ev.dst} failed: {ev.reason}", soft_wrap=True)
                     elif isinstance(ev, HostLost):
-                        progress.console.print(f"host {ev.host} lost: {ev.reason}")
+                        progress.console.print(f"host {ev.host} lost: {ev.reason}", soft_wrap=True)
                         lost.append(f"{ev.host}: {' '.join(str(ev.reason).split())}")
                     elif isinstance(ev, SweepDone):
                         done = ev

@@ -18,7 +18,7 @@ from geoconsole.cli.exitcodes import ExitCode
 
 from geoconsole.cli.options import (ACCEPT_NEW, C_DP, C_PP, DP, DP_MSG, PP, PP_MSG, GROUP_LOCALITY, INVENTORY, INVENTORY_REQUIRED, JSON_OUT, KNOWN_HOSTS, MATRIX,
                                     RANK_MAP, RECORD,
-                                    REGIONS, load_fabric)
+                                    REGIONS, known_hosts_flag, load_fabric)
 
 MODE = typer.Option("torchrun", "--mode", help="torchrun (static rendezvous, one agent per GPU) or env (RANK, WORLD_SIZE, ... set directly).")
 BACKEND = typer.Option(None, "--backend", help="nccl, gloo or nccl+gloo: which *_SOCKET_IFNAME to set (default: nccl on GPUs, gloo on CPU hosts).")
@@ -128,6 +128,7 @@ def launch_command(
         return
     import asyncio
 
+    known_hosts = str(known_hosts_flag(known_hosts))
     result, plan = asyncio.run(_launch(plan, fabric, ranks, hosts, inv, command or [], opts,
                                        abort_on_failure, grace, known_hosts, accept_new, as_json))
     if record is not None:
@@ -259,6 +260,7 @@ def validate_command(
     fabric = prepared.fabric
     inv, hosts = _inventory(inventory)
     hosts = _hosts_for(fabric, hosts, True, inventory)
+    known_hosts = str(known_hosts_flag(known_hosts))
     report, notes = asyncio.run(_validate(
         fabric, workload, hosts, inv, known_hosts, accept_new, scale=scale, steps=steps, warmup=warmup,
         seed=seed, random_maps=random_maps, solution=solution, backend=backend, port=port,

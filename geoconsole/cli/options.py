@@ -41,6 +41,22 @@ LEARN = typer.Option(True, "--learn/--no-learn",
                      help="Estimate from measured pairs at the same level before the defaults.")
 
 
+def known_hosts_flag(value: str) -> Path:
+    """The ``--known-hosts`` file, checked before any host is reached: a missing file is
+    fine (nothing trusted yet); a folder, FIFO, device, unreadable or malformed file is
+    one line naming the flag (exit 2)."""
+    from geoconsole.cli.errors import UserError
+    from probes.ssh import read_known_hosts  # asyncssh: only commands that reach hosts
+    from solver.files import FileError
+
+    path = Path(value).expanduser()
+    try:
+        read_known_hosts(path)
+    except FileError as exc:
+        raise UserError(f"--known-hosts: {exc}") from None
+    return path
+
+
 def load_fabric(path: Path, *, devices: bool = False):
     """The fabric at ``path`` (FabricError, one line, when malformed). ``devices``: the
     fabric must name a host per row (launch, export, validate)."""

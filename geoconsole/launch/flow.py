@@ -43,8 +43,18 @@ async def connected(reach: Reach, counts: Mapping[str, int]) -> AsyncIterator[di
     pool = SSHPool(**options)
     sessions: dict[str, list[Any]] = {}
     try:
+        # every host's connect runs to its end (each bounded by the connect timeout), so
+        # the error names every host that cannot be reached and none is left connecting
+        results = await asyncio.gather(*(pool.session(reach.ssh_hosts[h]) for h in counts),
+                                       return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        for r in failed:
+            if not isinstance(r, SSHError):
+                raise r
+        if failed:
+            more = f" (and {len(failed) - 1} more: {', '.join(e.host for e in failed[1:])})" if len(failed) > 1 else ""
+            raise RemoteError(f"{failed[0]}{more}")
         try:
-            await asyncio.gather(*(pool.session(reach.ssh_hosts[h]) for h in counts))
             sessions = await sessions_for_counts(pool, reach.ssh_hosts, counts)
         except SSHError as exc:
             raise RemoteError(str(exc)) from None

@@ -1,0 +1,66 @@
+"""The console's Fleet screen with hosts that cannot be reached (no emulated fleet needed):
+each row ends "failed" with its reason within the connect timeout, never "connecting"."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+from app_support import demo_app
+
+
+async def wait_until(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_each_unreachable_host_fails_with_its_reason(tmp_path):
+    closed = free_port()
+    with socket.socket() as mute:  # accepts TCP, never sends an SSH banner
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(8)
+        inventory = tmp_path / "hosts.toml"
+        inventory.write_text(
+            '[[hosts]]\nname = "ghost"\naddress = "ghost.invalid"\n\n'
+            f'[[hosts]]\nname = "closed"\naddress = "127.0.0.1"\nport = {closed}\n\n'
+            f'[[hosts]]\nname = "mute"\naddress = "127.0.0.1"\nport = {mute.getsockname()[1]}\n')
+        app = demo_app(inventory=inventory)
+        app.session.known_hosts = str(tmp_path / "known_hosts")
+        async with app.run_test(size=(160, 40)) as pilot:
+            screen = app.screen
+            screen.connect_timeout_s = 2
+            await pilot.press("c")
+            rows = screen.fleet.rows
+            await wait_until(lambda: all(r.state == "failed" for r in rows.values()), 20)
+            assert rows["ghost"].error.startswith("name does not resolve: ghost.invalid")
+            assert rows["closed"].error == f"connection refused at 127.0.0.1:{closed} (no SSH server listening)"
+            assert rows["mute"].error.endswith("timed out after 2 s")
+            await pilot.pause()
+            assert "3 hosts from inventory" in str(screen.query_one("#fleet-summary").render())
+            assert "3 failed" in str(screen.query_one("#fleet-summary").render())
+            details = str(screen.query_one("#fleet-details").render())
+            assert "ghost" in details and "failed" in details and "name does not resolve" in details
+
+
+async def test_a_known_hosts_folder_fails_every_host_with_one_line(tmp_path):
+    inventory = tmp_path / "hosts.toml"
+    inventory.write_text(f'[[hosts]]\nname = "a"\naddress = "127.0.0.1"\nport = {free_port()}\n')
+    (tmp_path / "kh").mkdir()
+    app = demo_app(inventory=inventory)
+    app.session.known_hosts = str(tmp_path / "kh")
+    async with app.run_test(size=(160, 40)) as pilot:
+        screen = app.screen
+        await pilot.press("c")
+        row = lambda: screen.fleet.rows["a"]  # noqa: E731
+        await wait_until(lambda: row().state == "failed", 20)
+        assert row().error == f"known_hosts: {tmp_path / 'kh'}: is a directory, expected a known_hosts file"
