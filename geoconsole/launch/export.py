@@ -131,13 +131,13 @@ trap stop INT TERM
 prefix() {{
     local line
     while IFS= read -r line || [ -n "$line" ]; do
-        printf '%s %s\n' "$1" "${{line%$'\r'}}"
+        printf '%s %s\\n' "$1" "${{line%$'\\r'}}"
     done
 }}
 # launch RANK HOST GPU DEVICE DESTINATION SSH_PORT REMOTE_COMMAND
 # SSH overrides the ssh command and its options, e.g. SSH="ssh -i ~/.ssh/train_key".
 launch() {{
-    ${{SSH:-ssh}} -tt -o BatchMode=yes -p "$6" -- "$5" "$7" \
+    ${{SSH:-ssh}} -tt -o BatchMode=yes -p "$6" -- "$5" "$7" \\
         > >(prefix "[rank $1 $2]") 2>&1 < /dev/null &
     pids+=($!)
 }}
