@@ -37,6 +37,9 @@ from solver.path import HELD_KARP_MAX
 #: Severities, least to most pressing.
 INFO, WARNING = "info", "warning"
 
+#: Codes about the measurement itself: what a strict launch refuses to start with.
+MEASUREMENT_CODES = frozenset({"stale-measurement", "measurement-mismatch"})
+
 BARELY_BEATS_RANDOM = 1.10
 """Random-stage-groups median / Comm below this: the solver "barely beats the random
 median" (the spec's failure table). The spec's own figures are 1.90x (world-wide) and
