@@ -64,6 +64,8 @@ class Solution:
     elapsed_s: float = 0.0
     history: list[tuple[float, float]] = field(default_factory=list)
     baselines: dict[str, list[float]] = field(default_factory=dict)
+    #: What geoconsole.advice found about this solution (``Advice.to_json`` each).
+    advice: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.rank_map = np.asarray(self.rank_map, dtype=int)
@@ -89,6 +91,7 @@ class Solution:
             "elapsed_s": self.elapsed_s,
             "history": [[t, v] for t, v in self.history],
             "baselines": self.baselines,
+            "advice": self.advice,
         }
 
     @classmethod
@@ -114,6 +117,7 @@ class Solution:
                 elapsed_s=float(doc.get("elapsed_s", 0.0)),
                 history=[(float(t), float(v)) for t, v in doc.get("history", [])],
                 baselines={str(k): [float(x) for x in v] for k, v in doc.get("baselines", {}).items()},
+                advice=[dict(a) for a in doc.get("advice", [])],
             )
         except KeyError as exc:
             raise SessionError(f"{where}: missing field {exc.args[0]!r}") from None
@@ -229,6 +233,19 @@ class Session:
         self.labels = labels
         self.fabric = labels.apply(self.fabric, keep_unset=False)
         return len(chosen)
+
+    def leave_out(self, names: list[str]) -> int:
+        """Drop the named devices (``HOST`` or ``HOST:GPU``, as ``solve --exclude``) from the
+        fabric. Solutions are cleared: a rank map covers every device of the fabric (the
+        session file checks it). Returns the devices left."""
+        from geoconsole.prepare import excluded_rows
+
+        if self.fabric is None:
+            raise ValueError("no fabric to leave devices out of")
+        drop = set(excluded_rows(self.fabric, names))
+        self.set_fabric(self.fabric.subset([i for i in range(self.fabric.n) if i not in drop]))
+        self.solutions = []
+        return self.fabric.n
 
     def accept_suggested_groups(self) -> str:
         """Cluster the measured fabric and accept its network groups (source "suggested").
