@@ -175,21 +175,24 @@ def typical_in_place_of(fabric: Fabric, row: int) -> Fabric:
     return replace(fabric, alpha_ms=out[0], beta_gbps=out[1])
 
 
-def reduced_budget(n: int) -> int:
-    """The re-solve's budget: POOR_DEVICE_BUDGET_SHARE of the default, at least the minimum."""
+def reduced_budget(n: int, solve_budget: int | None = None) -> int:
+    """The re-solve's budget: POOR_DEVICE_BUDGET_SHARE of the default, at least the
+    minimum, and never more than the solve's own budget."""
     from solver.search import default_budget
 
-    return max(POOR_DEVICE_MIN_BUDGET, int(default_budget(n) * POOR_DEVICE_BUDGET_SHARE))
+    share = max(POOR_DEVICE_MIN_BUDGET, int(default_budget(n) * POOR_DEVICE_BUDGET_SHARE))
+    return share if solve_budget is None else max(1, min(share, int(solve_budget)))
 
 
-def poor_device(model: Any, score: Any, fabric: Fabric, *, seed: int = 0,
+def poor_device(model: Any, score: Any, fabric: Fabric, *, seed: int = 0, budget: int | None = None,
                 without: Callable[[str], tuple[Any, Any, str] | None] | None = None) -> list[Advice]:
     """Re-solve once without the dominating device; advise when Comm drops enough.
 
     ``without(name)`` gives ``(model, seed_orders, how)`` for the workload on the devices
     that remain with a spare in its place (the caller prepares it as for the solve), or
     None when there is no spare. Without a spare the re-solve uses a typical device in
-    its place (:func:`typical_in_place_of`): the gain the device costs.
+    its place (:func:`typical_in_place_of`): the gain the device costs. ``budget``: the
+    solve's own, an upper bound on the re-solve's (:func:`reduced_budget`).
     """
     from geoconsole.solving import cost_model
     from solver.orders import seed_orders_for
@@ -206,7 +209,7 @@ def poor_device(model: Any, score: Any, fabric: Fabric, *, seed: int = 0,
         spare = (cost_model(other, model.workload), seed_orders_for(other),
                  "with a typical device (the median link) in its place")
     other_model, orders, how = spare
-    result = solve(other_model, seed=seed, budget=reduced_budget(other_model.n), restarts=1,
+    result = solve(other_model, seed=seed, budget=reduced_budget(other_model.n, budget), restarts=1,
                    seed_orders=orders)
     gain = (score.comm - result.fun) / score.comm
     if gain <= POOR_DEVICE_GAIN:
@@ -390,7 +393,8 @@ def for_solve(fabric: Fabric, model: Any, result: Any, baselines: Sequence[Any],
     """Every rule that applies to a finished solve on ``fabric`` (the solved devices)."""
     out = barely_beats_random(model, float(result.fun), baselines)
     if check_device:
-        out += poor_device(model, result.score, fabric, seed=int(result.seed or 0), without=without)
+        out += poor_device(model, result.score, fabric, seed=int(result.seed or 0),
+                           budget=getattr(result, "budget", None), without=without)
     out += seed_spread(seed_comms or {})
     out += stale_measurement(fabric, now)
     out += model_assumptions(fabric, model.workload)

@@ -114,7 +114,9 @@ class LaunchScreen(ConsoleScreen):
             text.append("\nno inventory: addresses are the fabric's host names; review only", style="dim")
         from geoconsole.advice import for_launch
 
-        text.append(advice_text([a.to_json() for a in for_launch(s.fabric, sol.workload, now=self.app.clock())]))
+        found = [a.to_json() for a in for_launch(s.fabric, sol.workload, now=self.app.clock())]
+        if found:
+            text.append("\n").append(advice_text(found))
         summary.update(text)
         log.write_lines(describe(plan))
         if self.result is not None:

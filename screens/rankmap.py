@@ -135,7 +135,8 @@ class RankMapScreen(ConsoleScreen):
         text.append(f" ({devices[worst].region or 'unlabelled'})")
         if stale:
             text.append("\nSTALE: labels or fabric changed since this solution; solve again.", style="bold yellow")
-        text.append(advice_text(sol.advice, {"poor-device": "x: leave it out"}))
+        if sol.advice:
+            text.append("\n").append(advice_text(sol.advice, {"poor-device": "x: leave it out"}))
         return text
 
     def _grid(self, sol: Solution, devices, hot: set[int], against: np.ndarray | None, title: str,

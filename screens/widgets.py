@@ -65,10 +65,12 @@ ADVICE_KEYS = {"poor-device": "x on the Rank map: leave it out"}
 
 
 def advice_text(items: list[dict], keys: dict[str, str] | None = None) -> Text:
-    """geoconsole.advice items (JSON form) as lines: warnings yellow, infos dim."""
+    """geoconsole.advice items (JSON form), one line each: warnings yellow, infos bold."""
     text = Text()
-    for a in items:
-        text.append(f"\n{a['severity']} {a['code']}: ", style="bold yellow" if a["severity"] == "warning" else "bold")
+    for k, a in enumerate(items):
+        if k:
+            text.append("\n")
+        text.append(f"{a['severity']} {a['code']}: ", style="bold yellow" if a["severity"] == "warning" else "bold")
         text.append(a["message"])
         hint = (keys or ADVICE_KEYS).get(a["code"])
         if hint:

@@ -27,3 +27,33 @@ def region_fabric(n: int = 16, *, jitter: float = 0.05, regions: int = 4, slow: 
     np.fill_diagonal(beta, 0.0)
     devices = tuple(Device(f"h{i}", 0, region=f"r{i % regions if regions else 0}") for i in range(n))
     return Fabric(alpha, beta, [d.region for d in devices], devices, source="<advice test>")
+
+
+def advice_app(fabric: Fabric | None = None):
+    """The console on ``fabric`` (default: 16 devices, h5 slow to everyone), D_PP = D_DP = 4,
+    with a fixed clock."""
+    from app_support import fixed_clock
+
+    from geoconsole.app import GeoConsoleApp
+    from geoconsole.session import Session
+    from solver.workload import Workload
+
+    session = Session(fabric if fabric is not None else region_fabric(slow=5), Workload(4, 4, 0.5, 0.5))
+    return GeoConsoleApp(session, clock=fixed_clock)
+
+
+def with_advised_solution(app):
+    """A solution solved (seeded, fixed budget) and advised by the core, as the Solve screen
+    does, with fixed times so that screenshots are stable."""
+    from app_support import FIXED_NOW, make_solution
+
+    from geoconsole.advice import for_solve
+    from geoconsole.solving import SolveOptions, cost_model, run_placement
+
+    s = app.session
+    model = cost_model(s.fabric, s.workload)
+    out = run_placement(model, SolveOptions(budget=20_000, baseline_samples=30))
+    sol = make_solution(s, out.result.x)
+    sol.advice = [a.to_json() for a in for_solve(s.fabric, model, out.result, out.baselines, out.bound, now=FIXED_NOW)]
+    s.add_solution(sol)
+    return app
