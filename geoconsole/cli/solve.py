@@ -219,6 +219,9 @@ def _record_solve(path: Path, doc: dict) -> None:
     }
     if "selection" in doc:
         record["selection"] = doc["selection"]
+    for key in ("advice", "seeds"):  # the spec: record the seed distribution with the run
+        if key in doc:
+            record[key] = doc[key]
     try:
         append_record(path, record)
     except OSError as exc:
