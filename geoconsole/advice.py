@@ -392,8 +392,10 @@ def for_solve(fabric: Fabric, model: Any, result: Any, baselines: Sequence[Any],
               step_compute_s: float | None = None, check_device: bool = True,
               without: Callable[[str], tuple[Any, Any, str] | None] | None = None) -> list[Advice]:
     """Every rule that applies to a finished solve on ``fabric`` (the solved devices)."""
+    from solver.search import CANCELLED
+
     out = barely_beats_random(model, float(result.fun), baselines)
-    if check_device:
+    if check_device and result.status != CANCELLED:  # a stopped solve is not re-solved
         out += poor_device(model, result.score, fabric, seed=int(result.seed or 0),
                            budget=getattr(result, "budget", None), without=without)
     out += seed_spread(seed_comms or {})

@@ -57,3 +57,13 @@ def with_advised_solution(app):
     sol.advice = [a.to_json() for a in for_solve(s.fabric, model, out.result, out.baselines, out.bound, now=FIXED_NOW)]
     s.add_solution(sol)
     return app
+
+
+def random_fabric(n: int = 32, seed: int = 2) -> Fabric:
+    """Unlabelled links drawn uniformly (1-200 ms, 0.05-5 Gbps): no topology for the starts
+    to follow, so on a small budget the search lands far apart from seed to seed."""
+    rng = np.random.default_rng(seed)
+    alpha, beta = rng.uniform(1, 200, (n, n)), rng.uniform(0.05, 5, (n, n))
+    np.fill_diagonal(alpha, 0.0)
+    np.fill_diagonal(beta, 0.0)
+    return Fabric(alpha, beta, ["x"] * n, source="<random test fabric>")

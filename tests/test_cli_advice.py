@@ -11,12 +11,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from advice_fabrics import region_fabric
+from advice_fabrics import random_fabric, region_fabric
 from typer.testing import CliRunner
 
 from geoconsole.cli import app
 
-W44 = ["--pp", "4", "--dp", "4", "--c-pp", "0.5", "--c-dp", "0.5", "--baseline-samples", "30", "--budget", "20000"]
+W44 = ["--pp", "4", "--dp", "4", "--c-pp", "0.5", "--c-dp", "0.5", "--baseline-samples", "30", "--budget", "5000"]
 
 
 def run(*args):
@@ -30,6 +30,7 @@ def files(tmp_path_factory):
         "uniform": region_fabric(jitter=0.005, regions=0),
         "regions": region_fabric(),
         "slow17": region_fabric(17, slow=5),
+        "random": random_fabric(),
         "stale": replace(region_fabric(), measured_at="2026-01-01T00:00:00+00:00",
                          meta={"hosts": {"h0": {"gpus": ["A100"]}, "h1": {"gpus": ["A100"]}}}),
     }
@@ -97,6 +98,16 @@ def test_compare_seeds_records_each_seed(files):
     doc = json.loads(run("solve", "-m", files["regions"], *W44, "--json", "--compare-seeds", "3").stdout)
     assert [s["seed"] for s in doc["seeds"]] == [0, 1, 2]
     assert doc["seeds"][0]["comm_s"] == doc["score"]["comm_s"]
+    assert doc["advice"] == []  # the fabric's regions lead every seed to the same layout
+
+
+def test_seeds_that_land_apart_are_reported(files):
+    r = run("solve", "-m", files["random"], "--pp", "4", "--dp", "8", "--c-pp", "0.5", "--c-dp", "0.5",
+            "--baseline-samples", "0", "--budget", "2000", "--compare-seeds", "4", "--json")
+    doc = json.loads(r.stdout)
+    comms = [s["comm_s"] for s in doc["seeds"]]
+    assert (max(comms) - min(comms)) / min(comms) > 0.05
+    assert [a["code"] for a in doc["advice"] if a["code"] == "seeds-vary"] == ["seeds-vary"]
 
 
 def test_step_compute_far_below_comm_advises_less_frequent_sync(files):
@@ -158,3 +169,22 @@ def test_launch_compares_the_record_with_discovery_before_starting(emulated_flee
     else:
         assert proc.returncode == 0, proc.stderr
         assert len(started) == 4
+
+
+@pytest.mark.fleet
+def test_validate_carries_the_advice(emulated_fleet, tmp_path):
+    """A stale fabric validated on the fleet: the notes and --json name stale-measurement."""
+    from test_validate import _fleet_fabric
+
+    fleet = emulated_fleet
+    matrix = tmp_path / "fleet.json"
+    replace(_fleet_fabric(fleet), measured_at="2025-01-01T00:00:00+00:00").save(matrix)
+    proc = subprocess.run(
+        [sys.executable, "-m", "geoconsole.cli", "--headless", "validate", "-m", str(matrix),
+         "-i", str(fleet.inventory_path), "--pp", "2", "--dp", "2", "--c-pp", "0.002", "--c-dp", "0.001",
+         "--steps", "1", "--warmup", "0", "--random", "0", "--port", "29681",
+         "--known-hosts", str(fleet.known_hosts_path), "--json"],
+        capture_output=True, text=True, timeout=240, cwd=Path(__file__).parent.parent)
+    doc = json.loads(proc.stdout)
+    assert [a["code"] for a in doc["advice"]] == ["stale-measurement"], proc.stderr
+    assert any(n.startswith("advice warning stale-measurement") for n in doc["notes"])
