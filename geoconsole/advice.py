@@ -249,6 +249,19 @@ def rerun_seeds(model: Any, seeds: Sequence[int], *, budget: int | None, restart
                            seed_orders=seed_orders).fun) for s in seeds}
 
 
+def validated_seeds(placements: Sequence[Any]) -> dict[int, float]:
+    """Comm per seed of the placements ``validate`` solved itself ("solution (seed N)",
+    "alternate seed N"; see geoconsole.launch.validate.choose_placements)."""
+    import re
+
+    out = {}
+    for p in placements:
+        found = re.fullmatch(r"solution \(seed (\d+)\)|alternate seed (\d+)", p.name)
+        if found:
+            out[int(found.group(1) or found.group(2))] = float(p.model_s)
+    return out
+
+
 # -- stale or mismatched measurement ---------------------------------------------------
 def _parse_time(text: str) -> datetime | None:
     try:

@@ -112,6 +112,23 @@ class TestSeeds:
         assert advice.seed_spread({0: 10.0, 1: 10.2}) == []
         assert advice.seed_spread({0: 10.0}) == []
 
+    def test_validate_s_own_seeds_are_compared(self):
+        placements = [SimpleNamespace(name="solution (seed 3)", model_s=1.0),
+                      SimpleNamespace(name="alternate seed 4", model_s=1.2),
+                      SimpleNamespace(name="random map 1", model_s=3.0)]
+        assert advice.validated_seeds(placements) == {3: 1.0, 4: 1.2}
+        assert codes(advice.seed_spread(advice.validated_seeds(placements))) == ["seeds-vary"]
+
+    def test_validate_s_placement_names_are_the_ones_read(self):
+        from advice_fabrics import random_fabric
+
+        from geoconsole.launch.validate import choose_placements
+
+        model = cost_model(random_fabric(), Workload(4, 8, 0.5, 0.5))
+        placements, _notes = choose_placements(model, model, seed=0, random_maps=1,
+                                               solve_kwargs={"budget": 2000})
+        assert sorted(advice.validated_seeds(placements)) == [0, 1]
+
     def test_rerun_seeds_solves_each_seed(self, regions):
         prepared, model, _out = regions
         comms = advice.rerun_seeds(model, [1, 2], budget=2_000, restarts=1, seed_orders=prepared.seed_orders)

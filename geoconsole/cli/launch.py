@@ -150,13 +150,13 @@ def launch_cmd(
         raise typer.Exit(int(ExitCode.REMOTE if remote else ExitCode.FAILED))
 
 
-def _advice_json(fabric, workload) -> list[dict]:
+def _advice_json(fabric, workload, placements) -> list[dict]:
     """The advice that applies to validating ``workload`` on ``fabric``: its age, the model's
-    assumptions (the placements compared are solved and measured by validate itself)."""
-    from geoconsole.advice import for_launch
+    assumptions, and how far apart the two seeds validate solved itself landed."""
+    from geoconsole.advice import for_launch, seed_spread, validated_seeds
     from geoconsole.cli.advice import with_hints
 
-    return with_hints(for_launch(fabric, workload))
+    return with_hints(for_launch(fabric, workload) + seed_spread(validated_seeds(placements)))
 
 
 def _launch_check(fabric, strict: bool):
@@ -291,7 +291,7 @@ def validate_cmd(
         progress=lambda m: typer.echo(m, err=True)))
     if prepared.selection is not None:
         notes = list(prepared.lines()) + list(notes)
-    found = [] if no_advice else _advice_json(fabric, workload)
+    found = [] if no_advice else _advice_json(fabric, workload, report.placements)
     notes = list(notes) + [f"advice {a['severity']} {a['code']}: {a['message']}" for a in found]
     if record is not None:
         _append_record(record, {"kind": "validate", "fabric_sha256": fabric.sha256(), **report.to_json()})
