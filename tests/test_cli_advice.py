@@ -128,6 +128,15 @@ def test_launch_dry_run_warns_about_a_stale_fabric_and_goes_on(files):
     assert "rendezvous h0:29500" in r.stdout
 
 
+def test_launch_dry_run_json_carries_the_advice(files):
+    r = run("launch", "-m", files["stale"], "-r", RANKS, "--dry-run", "--json", "--", "train.py")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert [a["code"] for a in doc["advice"]] == ["stale-measurement"] and doc["world_size"] == 16
+    assert "advice" not in json.loads(run("launch", "-m", files["stale"], "-r", RANKS, "--dry-run", "--json",
+                                          "--no-advice", "--", "train.py").stdout)
+
+
 def test_launch_strict_refuses_a_stale_fabric(files):
     r = run("launch", "-m", files["stale"], "-r", RANKS, "--dry-run", "--strict", "--", "train.py")
     assert r.exit_code == 1

@@ -116,12 +116,13 @@ def launch_cmd(
     hosts = _hosts_for(fabric, hosts, not dry_run, inventory)
     opts = dict(mode=mode, backend=backend, port=port, workdir=workdir, env=_env(env), interface=interface)
     plan = _plan(fabric, ranks, hosts, command or [], **opts)
-    check = None if no_advice else _launch_check(fabric, strict)
+    said: list = []  # the advice given, for --json
+    check = None if no_advice else _launch_check(fabric, strict, said)
     if check is not None:
         check(None)
     if dry_run:
         if as_json:
-            typer.echo(json.dumps(plan.to_json(), indent=1))
+            typer.echo(json.dumps({**plan.to_json(), **({} if no_advice else {"advice": said})}, indent=1))
         else:
             typer.echo("\n".join(describe(plan)))
         return
@@ -134,7 +135,7 @@ def launch_cmd(
 
         _append_record(record, launch_record(plan, result, fabric_sha256=fabric.sha256()))
     if as_json:
-        typer.echo(json.dumps(result.to_json(), indent=1))
+        typer.echo(json.dumps({**result.to_json(), **({} if no_advice else {"advice": said})}, indent=1))
     else:
         for o in result.outcomes:
             state = "ok" if o.ok else (o.error or f"exit {o.exit_status}")
@@ -159,16 +160,17 @@ def _advice_json(fabric, workload, placements) -> list[dict]:
     return with_hints(for_launch(fabric, workload) + seed_spread(validated_seeds(placements)))
 
 
-def _launch_check(fabric, strict: bool):
+def _launch_check(fabric, strict: bool, said: list):
     """Advice before starting, on stderr: with ``None`` the fabric's own (age, GPU kinds),
     with discovery what differs on the hosts now. --strict: exit 1 on measurement advice."""
     from geoconsole import advice
-    from geoconsole.cli.advice import echo_warnings
+    from geoconsole.cli.advice import echo_warnings, with_hints
 
     def check(found) -> None:
         items = advice.for_launch(fabric) if found is None else (
             advice.measurement_mismatch(fabric, found) + advice.mixed_gpus(fabric, found))
         echo_warnings(items)
+        said.extend(with_hints(items))
         if strict and any(a.code in advice.MEASUREMENT_CODES for a in items):
             typer.echo("error: --strict: the measurement does not fit the fleet; nothing was started", err=True)
             raise typer.Exit(int(ExitCode.FAILED))
