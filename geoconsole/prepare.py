@@ -5,8 +5,9 @@ One path for every caller (``solve``, ``validate``, the console's Solve screen):
 
 1. fills unmeasured pairs with estimates when asked, on the *whole* fabric, so that
    estimates learn from every measured pair (solver.estimate),
-2. selects ``D_PP x D_DP`` devices when the fabric has more, or when a locality policy or
-   a region list asks (solver.selection; an unmet required policy is a PolicyError),
+2. selects ``D_PP x D_DP`` devices when the fabric has more, or when a locality policy, a
+   region list or devices left out by the operator (``exclude``) ask (solver.selection;
+   an unmet required policy is a PolicyError),
 3. refuses a fabric that still has unmeasured pairs (one message, naming them),
 4. derives the topology seed orders of the selected rows (solver.orders).
 
@@ -25,6 +26,10 @@ from solver.workload import Workload
 
 class UnmeasuredPairsError(InputError):
     """The fabric has pairs with no measurement and no estimate."""
+
+
+class UnknownDeviceError(InputError):
+    """A device to leave out that the fabric does not have."""
 
 
 @dataclass(eq=False)
@@ -129,16 +134,32 @@ def unmeasured_message(fabric: Fabric) -> str | None:
     return None if found is None else f"{found}; measure them, or fill them with estimates from the labels"
 
 
-def select(fabric: Fabric, size: int, policy: str | None = None, regions: Sequence[str] | None = None):
-    """``select_devices`` with the fabric's own torch versions and links; PolicyError if unmet."""
+def excluded_rows(fabric: Fabric, names: Sequence[str]) -> list[int]:
+    """Rows named by ``HOST`` (every device of the host) or ``HOST:GPU`` (one device);
+    InputError naming the first name that matches no device."""
+    rows: list[int] = []
+    for name in names:
+        found = [i for i in range(fabric.n)
+                 if fabric.device_name(i) == name or (fabric.devices is not None and fabric.devices[i].host == name)]
+        if not found:
+            raise UnknownDeviceError(f"{name!r} matches no device of {fabric.source} (expected HOST or HOST:GPU)")
+        rows += [i for i in found if i not in rows]
+    return sorted(rows)
+
+
+def select(fabric: Fabric, size: int, policy: str | None = None, regions: Sequence[str] | None = None,
+           exclude: Sequence[str] = ()):
+    """``select_devices`` with the fabric's own torch versions and links, leaving out the
+    ``exclude`` devices (:func:`excluded_rows`); PolicyError if unmet."""
     from solver.estimate import links_from_meta
     from solver.selection import POLICIES, SelectionError, select_devices, torch_versions_of
 
     if policy is not None and policy not in POLICIES:
         raise InputError(f"group locality: expected one of {', '.join(POLICIES)}, got {policy!r}")
+    rows = excluded_rows(fabric, exclude)
     try:
         return select_devices(fabric, size, policy or "prefer", regions, torch_versions_of(fabric),
-                              links_from_meta(fabric))
+                              links_from_meta(fabric), exclude=rows)
     except SelectionError as exc:
         raise PolicyError(f"{fabric.source}: {exc}") from None
 
@@ -166,6 +187,7 @@ def prepare_for_solve(
     learn: bool = True,
     group_locality: str | None = None,
     regions: Sequence[str] | None = None,
+    exclude: Sequence[str] = (),
 ) -> Prepared:
     """Fill (when asked) on the whole fabric, select ``size`` devices, then seed orders.
 
@@ -180,8 +202,8 @@ def prepare_for_solve(
     if fill_missing:
         fabric, _ = fill(fabric, estimates, learn)
     selection = None
-    if fabric.n > size or regions is not None or group_locality is not None:
-        selection = select(fabric, size, group_locality, regions)
+    if fabric.n > size or regions is not None or group_locality is not None or exclude:
+        selection = select(fabric, size, group_locality, regions, exclude)
         fabric = selected_fabric(fabric, selection)
     message = unmeasured_message(fabric)
     if message is not None:

@@ -166,5 +166,6 @@ def format_solve(doc: dict[str, Any]) -> str:
         f"pipeline order {order}"
     )
     lines.append(f"model score {comm:.3f} s (a communication model, not a wall-clock time)")
+    lines += [f"advice     {a['severity']} {a['code']}: {a['message']}" for a in doc.get("advice", [])]
     lines.append(format_rank_map(doc["rank_map"]))
     return "\n".join(lines)

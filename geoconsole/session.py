@@ -64,6 +64,8 @@ class Solution:
     elapsed_s: float = 0.0
     history: list[tuple[float, float]] = field(default_factory=list)
     baselines: dict[str, list[float]] = field(default_factory=dict)
+    #: What geoconsole.advice found about this solution (``Advice.to_json`` each).
+    advice: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.rank_map = np.asarray(self.rank_map, dtype=int)
@@ -89,6 +91,7 @@ class Solution:
             "elapsed_s": self.elapsed_s,
             "history": [[t, v] for t, v in self.history],
             "baselines": self.baselines,
+            "advice": self.advice,
         }
 
     @classmethod
@@ -116,10 +119,21 @@ class Solution:
             elapsed_s=_number(opt("elapsed_s", 0.0), f"{where}.elapsed_s"),
             history=_history(opt("history", []), f"{where}.history"),
             baselines=_baselines(opt("baselines", {}), f"{where}.baselines"),
+            advice=_advice(opt("advice", []), f"{where}.advice"),
         )
 
 
 # -- typed fields of a session file -----------------------------------------------------
+def _advice(value: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not all(isinstance(a, dict) for a in value):
+        raise SessionError(f"{where}: expected a list of objects (code, severity, message, subject)")
+    for k, a in enumerate(value):
+        for key, v in a.items():
+            if not isinstance(v, (str, type(None))):
+                raise SessionError(f"{where}[{k}].{key}: expected text")
+    return [dict(a) for a in value]
+
+
 def _text(value: Any, where: str) -> str:
     if not isinstance(value, str):
         raise SessionError(f"{where}: expected text, got {type(value).__name__}")
@@ -289,6 +303,19 @@ class Session:
         self.labels = labels
         self.fabric = labels.apply(self.fabric, keep_unset=False)
         return len(chosen)
+
+    def leave_out(self, names: list[str]) -> int:
+        """Drop the named devices (``HOST`` or ``HOST:GPU``, as ``solve --exclude``) from the
+        fabric. Solutions are cleared: a rank map covers every device of the fabric (the
+        session file checks it). Returns the devices left."""
+        from geoconsole.prepare import excluded_rows
+
+        if self.fabric is None:
+            raise ValueError("no fabric to leave devices out of")
+        drop = set(excluded_rows(self.fabric, names))
+        self.set_fabric(self.fabric.subset([i for i in range(self.fabric.n) if i not in drop]))
+        self.solutions = []
+        return self.fabric.n
 
     def accept_suggested_groups(self) -> str:
         """Cluster the measured fabric and accept its network groups (source "suggested").

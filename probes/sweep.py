@@ -672,6 +672,7 @@ class Sweep:
             if info is not None:
                 entry.update({
                     "hostname": info.hostname, "gpus": [g.name for g in info.gpus],
+                    "gpu_memory_mib": [g.memory_mib for g in info.gpus],
                     "topology": info.topo.summary() if info.topo else None,
                     "torch": hello.get("torch") or info.torch, "nccl": hello.get("nccl") or info.nccl,
                     "backend": hello.get("backend"), "python": info.python,

@@ -21,6 +21,7 @@ from textual.widgets import Footer, Header, Input, Label, Log, Static
 
 from screens.base import ConsoleScreen
 from screens.dialogs import ConfirmDialog
+from screens.widgets import advice_text
 
 DEFAULT_COMMAND = "train.py"
 MODES = ("torchrun", "env")
@@ -111,6 +112,11 @@ class LaunchScreen(ConsoleScreen):
             text.append("\nl: launch (asks first), a: abort", style="dim")
         else:
             text.append("\nno inventory: addresses are the fabric's host names; review only", style="dim")
+        from geoconsole.advice import for_launch
+
+        found = [a.to_json() for a in for_launch(s.fabric, sol.workload, now=self.app.clock())]
+        if found:
+            text.append("\n").append(advice_text(found))
         summary.update(text)
         log.write_lines(describe(plan))
         if self.result is not None:
@@ -167,8 +173,14 @@ class LaunchScreen(ConsoleScreen):
         def sink(p: Any, stream: str, line: str) -> None:
             log.write_line(f"[rank {p.rank} {p.host}{' err' if stream == 'stderr' else ''}] {line}")
 
+        def check(found: dict) -> None:  # the console warns; only the CLI's --strict refuses
+            from geoconsole.advice import measurement_mismatch, mixed_gpus
+
+            for a in measurement_mismatch(self.session.fabric, found) + mixed_gpus(self.session.fabric, found):
+                log.write_line(f"-- {a.severity} {a.code}: {a.message}")
+
         try:
-            result, _plan = await connect_and_run(plan, reach, rebuild, sink=sink,
+            result, _plan = await connect_and_run(plan, reach, rebuild, sink=sink, check=check,
                                                   on_step=lambda m: log.write_line(f"-- {m}"))
         except RemoteError as exc:
             log.write_line(f"-- failed: {' '.join(str(exc).split())}")

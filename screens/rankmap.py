@@ -16,7 +16,7 @@ from textual.widgets import Footer, Header, Static
 from geoconsole.session import Solution
 from screens.base import ConsoleScreen
 from screens.dialogs import PathDialog
-from screens.widgets import StageLocality, grid_rows, region_colours
+from screens.widgets import StageLocality, advice_text, grid_rows, region_colours
 from solver.fabric import Device, write_atomic
 
 
@@ -37,6 +37,7 @@ class RankMapScreen(ConsoleScreen):
         Binding("right_square_bracket", "edge(1)", "Next edge", key_display="]"),
         Binding("e", "export", "Export"),
         Binding("o", "open_rank_map", "Load rank map"),
+        Binding("x", "leave_out", "Leave out"),
     ]
     COMMANDS_ = (
         ("Export rank map", "Write JSON and show rank_map=(...)", "export"),
@@ -115,6 +116,8 @@ class RankMapScreen(ConsoleScreen):
         text.append(f" ({devices[worst].region or 'unlabelled'})")
         if stale:
             text.append("\nSTALE: labels or fabric changed since this solution; solve again.", style="bold yellow")
+        if sol.advice:
+            text.append("\n").append(advice_text(sol.advice, {"poor-device": "x: leave it out"}))
         return text
 
     def _grid(self, sol: Solution, devices, hot: set[int], against: np.ndarray | None, title: str,
@@ -175,6 +178,21 @@ class RankMapScreen(ConsoleScreen):
             return
         self.edge = (self.edge + step) % (sol.workload.d_pp - 1)
         self.show_session()
+
+    def action_leave_out(self) -> None:
+        """Drop the device the poor-device advice names from the session's fabric."""
+        from screens.messages import SessionChanged
+
+        sol = self.session.current
+        names = [a["subject"] for a in (sol.advice if sol else []) if a["code"] == "poor-device" and a["subject"]]
+        if not names or self.session.fabric is None or not all(
+                any(d.name == n for d in self.session.devices()) for n in names):
+            self.notify("no poor device to leave out (see the advice above the grid)", severity="warning")
+            return
+        left = self.session.leave_out(names)
+        note = f"left out {', '.join(names)}: {left} devices remain; set D_PP x D_DP = {left} and solve again (4)"
+        self.notify(note)
+        self.post_message(SessionChanged(note))
 
     def action_export(self) -> None:
         sol = self.session.current

@@ -26,6 +26,7 @@ from geoconsole.session import Solution, iso
 from screens.base import ConsoleScreen
 from screens.messages import SessionChanged
 from screens.solve_widgets import Histogram, SolveOptions, WorkloadForm
+from screens.widgets import advice_text
 
 #: Seconds between progress messages; the solver may call back far more often.
 PROGRESS_INTERVAL_S = 0.1
@@ -76,9 +77,11 @@ class SolveScreen(ConsoleScreen):
     class Finished(Message):
         """The solver returned (done, budget, time limit or cancelled)."""
 
-        def __init__(self, result: Any, bound: float, baselines: dict[str, list[float]], options: SolveOptions, digest: str) -> None:
+        def __init__(self, result: Any, bound: float, baselines: dict[str, list[float]], options: SolveOptions, digest: str,
+                     advice: list[dict] | None = None) -> None:
             super().__init__()
             self.result, self.bound, self.baselines, self.options, self.digest = result, bound, baselines, options, digest
+            self.advice = advice or []
 
     def __init__(self) -> None:
         super().__init__()
@@ -101,6 +104,7 @@ class SolveScreen(ConsoleScreen):
                 yield Sparkline([], id="solve-sparkline")
                 yield Static("", id="solve-axis")
                 yield Histogram(id="solve-histogram")
+                yield Static("", id="solve-advice")  # hidden while there is no advice
         yield Footer()
 
     def show_session(self) -> None:
@@ -149,6 +153,7 @@ class SolveScreen(ConsoleScreen):
         self.history = []
         self.bound = None
         self.query_one(Histogram).show({}, None, None)
+        self.query_one("#solve-advice", Static).display = False
         self.query_one("#solve-status", Static).update("Computing the lower bound...")
         self.run_solver(model, prepared, options, self.session.digest())
 
@@ -203,7 +208,12 @@ class SolveScreen(ConsoleScreen):
         outcome = solving.run_placement(model, core, seed_orders=prepared.seed_orders, callback=callback,
                                         should_stop=self._cancel.is_set)
         baselines = {d.name: [float(v) for v in d.values] for d in outcome.baselines}
-        self.post_message(self.Finished(outcome.result, bound, baselines, options, digest))
+        from geoconsole.advice import for_solve  # one small re-solve: the poor-device check
+
+        found = for_solve(prepared.fabric, model, outcome.result, outcome.baselines, outcome.bound,
+                          now=self.app.clock(), check_device=not self._cancel.is_set())
+        self.post_message(self.Finished(outcome.result, bound, baselines, options, digest,
+                                        [a.to_json() for a in found]))
 
     # -- messages from the worker --------------------------------------------------
     def on_solve_screen_started(self, message: Started) -> None:
@@ -233,6 +243,7 @@ class SolveScreen(ConsoleScreen):
             bound=message.bound, status=str(r.status), message=r.message, seed=message.options.seed,
             nit=int(r.nit), nfev=int(r.nfev), elapsed_s=float(r.elapsed_s),
             history=[(float(t), float(v)) for t, v in r.history], baselines=message.baselines,
+            advice=message.advice,
         )
         self.session.add_solution(solution)
         self.post_message(SessionChanged(f"{solution.name}: Comm {solution.fun:.2f} s"))
@@ -262,3 +273,6 @@ class SolveScreen(ConsoleScreen):
             done=f"{sol.name}: {sol.message}{stale}  (r: review)",
         ))
         self.query_one(Histogram).show(sol.baselines, sol.fun, sol.bound)
+        shown = self.query_one("#solve-advice", Static)
+        shown.display = bool(sol.advice)
+        shown.update(advice_text(sol.advice))

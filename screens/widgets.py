@@ -58,3 +58,21 @@ class StageLocality(Static):
             text.append(f"stage {s}: ", style="bold")
             text.append(f"{words}\n")
         self.update(text)
+
+
+#: Advice code -> the console's way to act on it (shown after the message).
+ADVICE_KEYS = {"poor-device": "x on the Rank map: leave it out"}
+
+
+def advice_text(items: list[dict], keys: dict[str, str] | None = None) -> Text:
+    """geoconsole.advice items (JSON form), one line each: warnings yellow, infos bold."""
+    text = Text()
+    for k, a in enumerate(items):
+        if k:
+            text.append("\n")
+        text.append(f"{a['severity']} {a['code']}: ", style="bold yellow" if a["severity"] == "warning" else "bold")
+        text.append(a["message"])
+        hint = (keys or ADVICE_KEYS).get(a["code"])
+        if hint:
+            text.append(f" ({hint})", style="dim")
+    return text

@@ -132,6 +132,7 @@ def select_devices(
     regions: Sequence[str] | None = None,
     torch_versions: Sequence[str | None] | None = None,
     links: Mapping[str, Any] | None = None,
+    exclude: Sequence[int] = (),
 ) -> Selection:
     """Choose ``workload_size`` rows of ``fabric`` under ``group_locality = policy``.
 
@@ -153,6 +154,8 @@ def select_devices(
         Host -> its ``topo -m`` link classes. When only some GPUs of a host are
         needed, pick_devices chooses them (else the lowest GPU indices). Default:
         ``meta["hosts"][host]["links"]`` when recorded.
+    exclude : sequence of int, optional
+        Rows that never take part (the operator left them out).
 
     Raises
     ------
@@ -180,8 +183,8 @@ def select_devices(
     if len(versions) != n:
         raise ValueError(f"torch_versions: {len(versions)} entries for {n} devices")
 
-    reasons: dict[int, str] = {}
-    candidates = list(range(n))
+    reasons: dict[int, str] = {i: "left out by the operator" for i in exclude}
+    candidates = [i for i in range(n) if i not in reasons]
     if regions:
         wanted = frozenset(regions)
         listed = ", ".join(sorted(wanted))
@@ -194,7 +197,8 @@ def select_devices(
                 f"--regions {listed}: {len(candidates)} of {n} devices match, the workload needs {k}"
             )
     if len(candidates) < k:
-        raise SelectionError(f"the fabric has {n} devices, the workload needs {k}")
+        left = f", {len(exclude)} left out by the operator" if exclude else ""
+        raise SelectionError(f"the fabric has {n} devices{left}, the workload needs {k}")
 
     levels = LEVELS if policy == "prefer" else (policy,)
     for level in levels:

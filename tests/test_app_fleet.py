@@ -148,6 +148,7 @@ async def test_launch_runs_every_rank_where_planned_and_streams_output(emulated_
     f = emulated_fleet
     rank_map = [3, 2, 1, 0]
     app, python = fleet_app(f, rank_map)
+    app.session.fabric.meta = {"hosts": {f.hosts[0].name: {"mtu": 1234}}}  # unlike the host: a warning
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.press("6")
         screen = app.screen
@@ -167,6 +168,7 @@ async def test_launch_runs_every_rank_where_planned_and_streams_output(emulated_
         for row, rank in enumerate(rank_map):
             assert any(f"hello {rank} {f.hosts[row].name}" in line for line in lines), lines
         assert any("all ranks finished" in line for line in lines)
+        assert any(f"measurement-mismatch: {f.hosts[0].name}: MTU 1234 then" in line for line in lines), lines
 
 
 async def test_abort_stops_every_rank(emulated_fleet):

@@ -3,19 +3,11 @@ each row ends "failed" with its reason within the connect timeout, never "connec
 
 from __future__ import annotations
 
-import asyncio
 import socket
-import time
 
-from app_support import demo_app
+from support import wait_until, demo_app
 
 
-async def wait_until(condition, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.05)
 
 
 def free_port() -> int:

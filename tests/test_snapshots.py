@@ -135,3 +135,22 @@ class TestOthers:
     def test_help(self, snap_compare):
         """The help modal over the fabric screen: global keys, then each screen's keys."""
         assert snap_compare(demo_app(), press=["question_mark"], terminal_size=SIZE, run_before=steady)
+
+
+class TestAdvice:
+    def test_solve_with_advice(self, snap_compare):
+        """16 devices in 4 regions, h5 slow to everyone (D_PP = D_DP = 4). Under the two
+        histograms, in yellow: 'warning poor-device: h5:0 sets DataP ...' with Comm with a
+        typical device in its place, and the Rank map key to leave it out."""
+        from advice_fabrics import advice_app, with_advised_solution
+
+        assert snap_compare(with_advised_solution(advice_app()), press=["4"], terminal_size=SIZE,
+                            run_before=steady)
+
+    def test_rank_map_with_advice(self, snap_compare):
+        """The same solution on the Rank map: the summary ends with the poor-device warning
+        naming h5:0 and 'x: leave it out'; the footer shows x Leave out."""
+        from advice_fabrics import advice_app, with_advised_solution
+
+        assert snap_compare(with_advised_solution(advice_app()), press=["5"], terminal_size=SIZE,
+                            run_before=steady)

@@ -13,6 +13,7 @@ from typing import Optional
 
 import typer
 
+from geoconsole.cli.advice import EXCLUDE
 from geoconsole.cli.errors import UserError, cli_errors, flag
 from geoconsole.cli.options import JSON_OUT, MATRIX, load_fabric
 from solver.fabric import Fabric
@@ -275,10 +276,11 @@ def select_command(
         None, "--regions", help="Comma-separated regions or zones; only devices in them take part."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the selected sub-fabric here."),
     as_json: bool = JSON_OUT,
+    exclude: Optional[list[str]] = EXCLUDE,
 ) -> None:
     """Choose which D_PP x D_DP devices take part (ADR-0021 group_locality) and say why
     the others are left out."""
-    from geoconsole.prepare import parse_regions, select as select_rows, selected_fabric
+    from geoconsole.prepare import excluded_rows, parse_regions, select as select_rows, selected_fabric
     from solver.selection import POLICIES
 
     if group_locality not in POLICIES:
@@ -286,7 +288,9 @@ def select_command(
     with flag("--regions"):
         wanted = parse_regions(regions)
     fabric = load_fabric(matrix)
-    chosen = select_rows(fabric, pp * dp, group_locality, wanted)
+    with flag("--exclude"):
+        excluded_rows(fabric, exclude or ())
+    chosen = select_rows(fabric, pp * dp, group_locality, wanted, exclude or ())
     if out is not None:
         selected_fabric(fabric, chosen).save(out, inputs=[("--matrix", matrix)])
     if as_json:

@@ -13,6 +13,7 @@ from typing import List, Optional
 
 import typer
 
+from geoconsole.cli.advice import NO_ADVICE, STRICT
 from geoconsole.cli.errors import UserError, cli_errors, flag
 from geoconsole.cli.exitcodes import ExitCode
 
@@ -108,6 +109,8 @@ def launch_command(
     record: Optional[Path] = RECORD,
     known_hosts: str = KNOWN_HOSTS,
     accept_new: bool = ACCEPT_NEW,
+    strict: bool = STRICT,
+    no_advice: bool = NO_ADVICE,
 ) -> None:
     """Launch the training command with the rank map: one process per GPU, explicit ranks."""
     from geoconsole.launch.plan import describe
@@ -120,9 +123,13 @@ def launch_command(
     hosts = _hosts_for(fabric, hosts, not dry_run, inventory)
     opts = dict(mode=mode, backend=backend, port=port, workdir=workdir, env=_env(env), interface=interface)
     plan = _plan(fabric, ranks, hosts, command or [], **opts)
+    said: list = []  # the advice given, for --json
+    check = None if no_advice else _launch_check(fabric, strict, said)
+    if check is not None:
+        check(None)
     if dry_run:
         if as_json:
-            typer.echo(json.dumps(plan.to_json(), indent=1))
+            typer.echo(json.dumps({**plan.to_json(), **({} if no_advice else {"advice": said})}, indent=1))
         else:
             typer.echo("\n".join(describe(plan)))
         return
@@ -130,13 +137,13 @@ def launch_command(
 
     known_hosts = str(known_hosts_flag(known_hosts))
     result, plan = asyncio.run(_launch(plan, fabric, ranks, hosts, inv, command or [], opts,
-                                       abort_on_failure, grace, known_hosts, accept_new, as_json))
+                                       abort_on_failure, grace, known_hosts, accept_new, as_json, check))
     if record is not None:
         from geoconsole.launch.run import launch_record
 
         _append_record(record, launch_record(plan, result, fabric_sha256=fabric.sha256()))
     if as_json:
-        typer.echo(json.dumps(result.to_json(), indent=1))
+        typer.echo(json.dumps({**result.to_json(), **({} if no_advice else {"advice": said})}, indent=1))
     else:
         for o in result.outcomes:
             state = "ok" if o.ok else (o.error or f"exit {o.exit_status}")
@@ -152,8 +159,35 @@ def launch_command(
         raise typer.Exit(int(ExitCode.REMOTE if remote else ExitCode.FAILED))
 
 
+def _advice_json(fabric, workload, placements) -> list[dict]:
+    """The advice that applies to validating ``workload`` on ``fabric``: its age, the model's
+    assumptions, and how far apart the two seeds validate solved itself landed."""
+    from geoconsole.advice import for_launch, seed_spread, validated_seeds
+    from geoconsole.cli.advice import with_hints
+
+    return with_hints(for_launch(fabric, workload) + seed_spread(validated_seeds(placements)))
+
+
+def _launch_check(fabric, strict: bool, said: list):
+    """Advice before starting, on stderr: with ``None`` the fabric's own (age, GPU kinds),
+    with discovery what differs on the hosts now. --strict: exit 1 on measurement advice."""
+    from geoconsole import advice
+    from geoconsole.cli.advice import echo_warnings, with_hints
+
+    def check(found) -> None:
+        items = advice.for_launch(fabric) if found is None else (
+            advice.measurement_mismatch(fabric, found) + advice.mixed_gpus(fabric, found))
+        echo_warnings(items)
+        said.extend(with_hints(items))
+        if strict and any(a.code in advice.MEASUREMENT_CODES for a in items):
+            typer.echo("error: --strict: the measurement does not fit the fleet; nothing was started", err=True)
+            raise typer.Exit(int(ExitCode.FAILED))
+
+    return check
+
+
 async def _launch(plan, fabric, ranks, hosts, inv, command, opts, abort_on_failure, grace,
-                  known_hosts, accept_new, as_json):
+                  known_hosts, accept_new, as_json, check=None):
     from geoconsole.launch.flow import Reach, connect_and_run
     from geoconsole.launch.run import default_sink
 
@@ -164,7 +198,7 @@ async def _launch(plan, fabric, ranks, hosts, inv, command, opts, abort_on_failu
     reach = Reach({h.name: h for h in inv.hosts}, known_hosts, accept_new)
     return await connect_and_run(
         plan, reach, lambda found: _plan(fabric, ranks, hosts, command, **opts, interfaces=found),
-        sink=sink, abort_on_failure=abort_on_failure, grace_s=grace)
+        sink=sink, abort_on_failure=abort_on_failure, grace_s=grace, check=check)
 
 
 def export_command(
@@ -237,6 +271,7 @@ def validate_command(
     accept_new: bool = ACCEPT_NEW,
     group_locality: Optional[str] = GROUP_LOCALITY,
     regions: Optional[str] = REGIONS,
+    no_advice: bool = NO_ADVICE,
 ) -> None:
     """Measure the proxy step for several placements; compare with the model's ranking."""
     import asyncio
@@ -268,10 +303,12 @@ def validate_command(
         progress=lambda m: typer.echo(m, err=True)))
     if prepared.selection is not None:
         notes = list(prepared.lines()) + list(notes)
+    found = [] if no_advice else _advice_json(fabric, workload, report.placements)
+    notes = list(notes) + [f"advice {a['severity']} {a['code']}: {a['message']}" for a in found]
     if record is not None:
         _append_record(record, {"kind": "validate", "fabric_sha256": fabric.sha256(), **report.to_json()})
     if as_json:
-        typer.echo(json.dumps({**report.to_json(), "notes": list(notes)}, indent=1))
+        typer.echo(json.dumps({**report.to_json(), "notes": list(notes), "advice": found}, indent=1))
     else:
         typer.echo("\n".join(format_report(report, notes)))
     if any(p.error == "interrupted" for p in report.placements):

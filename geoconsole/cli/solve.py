@@ -15,6 +15,7 @@ from typing import Optional
 
 import typer
 
+from geoconsole.cli.advice import COMPARE_SEEDS, EXCLUDE, NO_ADVICE, STEP_COMPUTE
 from geoconsole.cli.errors import UserError, cli_errors, flag
 from geoconsole.cli.exitcodes import ExitCode
 
@@ -34,10 +35,10 @@ def workload_flags(fabric, pp, dp, c_pp, c_dp, pp_messages, dp_messages):
         raise UserError(f"{exc} (--pp, --dp)" if "D_PP" in str(exc) else str(exc)) from None
 
 
-def prepare_flags(fabric, workload, *, group_locality, regions, fill, estimates, learn):
+def prepare_flags(fabric, workload, *, group_locality, regions, fill, estimates, learn, exclude=None):
     """``prepare_for_solve`` with the flags that asked for each step named in errors."""
     from geoconsole.cli.errors import exit_code_for
-    from geoconsole.prepare import UnmeasuredPairsError, parse_regions, prepare_for_solve
+    from geoconsole.prepare import UnknownDeviceError, UnmeasuredPairsError, parse_regions, prepare_for_solve
 
     if estimates and not fill:
         raise UserError("--estimate: applies only with --fill-missing")
@@ -45,9 +46,12 @@ def prepare_flags(fabric, workload, *, group_locality, regions, fill, estimates,
         wanted = parse_regions(regions)
     try:
         return prepare_for_solve(fabric, workload.n_devices, fill_missing=fill, estimates=estimates or (),
-                                 learn=learn, group_locality=group_locality, regions=wanted)
+                                 learn=learn, group_locality=group_locality, regions=wanted,
+                                 exclude=exclude or ())
     except UnmeasuredPairsError as exc:
         raise UserError(f"{exc} (--fill-missing)") from None
+    except UnknownDeviceError as exc:
+        raise UserError(f"--exclude: {exc}") from None
     except ValueError as exc:
         where = "--estimate: " if str(exc).startswith("estimate:") else ""
         if str(exc).startswith("group locality:"):
@@ -139,6 +143,10 @@ def solve_command(
     fill_missing: bool = FILL_MISSING,
     estimate: Optional[list[str]] = ESTIMATE,
     learn: bool = LEARN,
+    exclude: Optional[list[str]] = EXCLUDE,
+    compare_seeds: int = COMPARE_SEEDS,
+    step_compute_s: Optional[float] = STEP_COMPUTE,
+    no_advice: bool = NO_ADVICE,
 ) -> None:
     """Solve the placement: print Comm, baselines, lower bound, locality and rank_map=(...)."""
     from geoconsole.report import format_solve, solve_json
@@ -147,7 +155,7 @@ def solve_command(
     fabric = load_fabric(matrix)
     workload = workload_flags(fabric, pp, dp, c_pp, c_dp, pp_messages, dp_messages)
     prepared = prepare_flags(fabric, workload, group_locality=group_locality, regions=regions,
-                             fill=fill_missing, estimates=estimate, learn=learn)
+                             fill=fill_missing, estimates=estimate, learn=learn, exclude=exclude)
     model = cost_model(prepared.fabric, workload)
     show = sys.stderr.isatty() if progress is None else progress
     options = SolveOptions(seed, budget, restarts, time_limit, baseline_samples)
@@ -158,12 +166,37 @@ def solve_command(
     if outcome.baselines_cut:
         typer.echo("note: random baselines stopped early (Ctrl-C or --time-limit): fewer samples than asked",
                    err=True)
+    if not no_advice:
+        doc.update(_solve_advice(fabric, prepared, model, outcome, options, compare_seeds, step_compute_s,
+                                 dict(group_locality=group_locality, regions=regions, fill_missing=fill_missing,
+                                      estimates=estimate or (), learn=learn, exclude=exclude or ())))
     text = "".join(line + "\n" for line in prepared.lines()) + format_solve(doc)
     _emit(doc, as_json, text)
     if record is not None:
         _record_solve(record, doc)
     if outcome.stopped:  # Ctrl-C: the best so far was printed and recorded
         raise typer.Exit(int(ExitCode.INTERRUPTED))
+
+
+def _solve_advice(fabric, prepared, model, outcome, options, compare_seeds, step_compute_s, prepare) -> dict:
+    """``{"advice": [...]}`` (and ``"seeds"`` with --compare-seeds) for the solve's document."""
+    from geoconsole import advice
+    from geoconsole.cli.advice import with_hints
+    from geoconsole.prepare import parse_regions
+
+    comms = {}
+    if compare_seeds > 1:
+        comms = {options.seed: float(outcome.result.fun), **advice.rerun_seeds(
+            model, range(options.seed + 1, options.seed + compare_seeds), budget=options.budget,
+            restarts=options.restarts, seed_orders=prepared.seed_orders, time_limit=options.time_limit)}
+    prepare["regions"] = parse_regions(prepare["regions"])
+    items = advice.for_solve(prepared.fabric, model, outcome.result, outcome.baselines, outcome.bound,
+                             seed_comms=comms, step_compute_s=step_compute_s,
+                             without=advice.spare_without(fabric, model.workload, **prepare))
+    doc: dict = {"advice": with_hints(items)}
+    if comms:
+        doc["seeds"] = [{"seed": k, "comm_s": v} for k, v in sorted(comms.items())]
+    return doc
 
 
 def _record_solve(path: Path, doc: dict) -> None:
@@ -188,6 +221,9 @@ def _record_solve(path: Path, doc: dict) -> None:
     }
     if "selection" in doc:
         record["selection"] = doc["selection"]
+    for key in ("advice", "seeds"):  # the spec: record the seed distribution with the run
+        if key in doc:
+            record[key] = doc[key]
     try:
         append_record(path, record)
     except OSError as exc:

@@ -79,13 +79,34 @@ async def with_interfaces(plan: LaunchPlan, sessions: Mapping[str, Any],
     return rebuild(found)
 
 
+async def discover(sessions: Mapping[str, list[Any]], reach: Reach) -> dict[str, Any]:
+    """What discovery reports now on every host of ``sessions`` (host -> HostInfo): the
+    versions, interface, MTU and GPUs the measurement is compared with before a launch."""
+    from probes.discovery import discover_host, peer_for
+    from probes.ssh import SSHError
+
+    hosts = [reach.ssh_hosts[h] for h in sessions]
+
+    async def one(k: int) -> Any:
+        return await discover_host(sessions[hosts[k].name][0], hosts[k], peer=peer_for(hosts, k))
+
+    try:
+        found = await asyncio.gather(*(one(k) for k in range(len(hosts))))
+    except SSHError as exc:
+        raise RemoteError(str(exc)) from None
+    return {h.name: info for h, info in zip(hosts, found)}
+
+
 async def connect_and_run(plan: LaunchPlan, reach: Reach, rebuild: Callable[[dict[str, str]], LaunchPlan], *,
                           sink=None, abort_on_failure: bool = True, grace_s: float | None = None,
-                          on_step: Callable[[str], None] = lambda _m: None):
+                          on_step: Callable[[str], None] = lambda _m: None,
+                          check: Callable[[dict[str, Any]], None] | None = None):
     """Run ``plan`` on the fleet: ``(result, final plan)``.
 
     ``rebuild(interfaces)`` makes the plan again with the interfaces found on the hosts
     (``build_plan`` with the caller's options). ``on_step`` hears "connecting", "starting".
+    ``check(discovered)``, when given, sees every host's discovery (:func:`discover`)
+    before any rank starts; raising there starts nothing.
     """
     from geoconsole.launch.run import DEFAULT_GRACE_S, default_sink, run_plan
     from probes.ssh import SSHError
@@ -94,6 +115,9 @@ async def connect_and_run(plan: LaunchPlan, reach: Reach, rebuild: Callable[[dic
     on_step(f"connecting to {len(counts)} hosts")
     async with connected(reach, counts) as sessions:
         plan = await with_interfaces(plan, sessions, rebuild)
+        if check is not None:
+            on_step("comparing the measurement with the hosts")
+            check(await discover(sessions, reach))
         on_step(f"starting {plan.world_size} ranks")
         try:
             result = await run_plan(plan, sessions, abort_on_failure=abort_on_failure,
