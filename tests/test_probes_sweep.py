@@ -187,19 +187,20 @@ def test_shell_metacharacters_in_names_labels_and_paths_reach_no_shell(emulated_
     python = weird_dir / f"python`touch {relative}`"
     python.write_text(f"#!/bin/sh\nexec {fleet.python} \"$@\"\n")
     python.chmod(0o755)
-    names = {"h2": f"h2;touch {canary}", "h3": f"$(touch {canary})&h3"}
+    # names and labels hold no whitespace (refused where loaded), so ${IFS} stands for it
+    names = {"h2": f"h2;touch${{IFS}}{canary}", "h3": f"$(touch${{IFS}}{canary})&h3"}
     inventory = fleet.write_inventory(
         tmp_path / "weird.toml", names=names, hosts=["h2", "h3"],
-        extra={"h2": {"region": f"`touch {canary}`", "network_group": "'; touch x; '"},
-               "h3": {"python": str(python), "zone": f"z|touch {canary}"}})
+        extra={"h2": {"region": "`touch${IFS}x`", "network_group": "';touch${IFS}x;'"},
+               "h3": {"python": str(python), "zone": "z|touch${IFS}x"}})
     out, events = tmp_path / "fabric.json", tmp_path / "events.jsonl"
     result = CliRunner().invoke(app, probe_args(fleet, inventory, out, events, "--sizes-mb", "0.25,0.5,1",
                                                 "--max-transfer-s", "0.05", "--reps", "2"))
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
     assert [d["host"] for d in doc["devices"]] == [names["h2"], names["h3"]]
-    assert doc["devices"][0]["region"] == f"`touch {canary}`"
-    assert doc["devices"][1]["zone"] == f"z|touch {canary}"
+    assert doc["devices"][0]["region"] == "`touch${IFS}x`"
+    assert doc["devices"][1]["zone"] == "z|touch${IFS}x"
     assert doc["meta"]["hosts"][names["h3"]]["python"] == str(python)
     assert doc["beta_gbps"][0][1] is not None and doc["beta_gbps"][1][0] is not None
     assert not canary.exists()
