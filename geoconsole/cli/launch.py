@@ -26,6 +26,9 @@ PORT = typer.Option(29500, "--port", min=1, max=65535, help="Rendezvous port on 
 INTERFACE = typer.Option(None, "--interface", help="Data interface for every host (else the inventory's; gloo: found with ip route get).")
 ENV = typer.Option(None, "--env", help="Extra KEY=VALUE for every rank (repeatable).")
 WORKDIR = typer.Option(None, "--workdir", help="Directory to cd into on every host.")
+VIA = typer.Option("ssh", "--via", help="ssh (the console starts every rank) or slurm (one srun step; --submit for a batch job).")
+SUBMIT = typer.Option(False, "--submit", help="--via slurm outside an allocation: write an sbatch script with the step and submit it.")
+SBATCH_SCRIPT = typer.Option(None, "--sbatch-script", help="--submit: keep the batch script here (default: a temporary file).")
 
 
 def _solution(value: str, fabric):
@@ -101,12 +104,25 @@ def launch_command(
     record: Optional[Path] = RECORD,
     known_hosts: str = KNOWN_HOSTS,
     accept_new: bool = ACCEPT_NEW,
+    via: str = VIA,
+    submit: bool = SUBMIT,
+    sbatch_script: Optional[Path] = SBATCH_SCRIPT,
 ) -> None:
     """Launch the training command with the rank map: one process per GPU, explicit ranks."""
     from geoconsole.launch.plan import describe
 
+    if via not in ("ssh", "slurm"):
+        raise UserError(f"--via {via!r}: expected ssh or slurm")
+    if (submit or sbatch_script) and via != "slurm":
+        raise UserError("--submit: needs --via slurm")
     fabric = load_fabric(matrix, devices=True)
     fabric, ranks = _solution(rank_map, fabric)
+    if via == "slurm":
+        return _launch_slurm(fabric, ranks, inventory, command or [], dry_run=dry_run, as_json=as_json,
+                             submit=submit, script=sbatch_script, abort_on_failure=abort_on_failure,
+                             record=record, rank_map=rank_map, matrix=matrix,
+                             opts=dict(mode=mode, backend=backend, port=port, workdir=workdir,
+                                       env=_env(env), interface=interface))
     if not dry_run and inventory is None:
         raise UserError("--inventory: needed to reach the hosts (use --dry-run to only print the plan)")
     inv, hosts = _inventory(inventory)
@@ -127,6 +143,61 @@ def launch_command(
         from geoconsole.launch.run import launch_record
 
         _append_record(record, launch_record(plan, result, fabric_sha256=fabric.sha256()))
+    _report(result, as_json)
+
+
+def _launch_slurm(fabric, ranks, inventory, command, *, dry_run, as_json, submit, script,
+                  abort_on_failure, record, rank_map, matrix, opts) -> None:
+    """launch --via slurm: one srun step inside the allocation, or an sbatch submission."""
+    import os
+
+    from geoconsole.launch import slurm
+
+    inv, hosts = _inventory(inventory)
+    hosts = _hosts_for(fabric, hosts, False, inventory)
+    plan = _plan(fabric, ranks, hosts, command, **opts)
+    step = slurm.build_step(plan, slurm.node_map(inv), abort_on_failure=abort_on_failure)
+    if dry_run:
+        if as_json:
+            doc = {**plan.to_json(), "slurm": {"nodes": list(step.nodes), "srun": list(step.argv),
+                                               "sbatch": slurm.sbatch_script(step) if submit else None}}
+            typer.echo(json.dumps(doc, indent=1))
+        else:
+            typer.echo("\n".join(slurm.describe_step(step, submit=submit)))
+        return
+    in_allocation = bool(os.environ.get("SLURM_JOB_ID"))
+    if submit:
+        inputs = [("--matrix", matrix), ("--inventory", inventory)]
+        if Path(rank_map).exists():
+            inputs.append(("--rank-map", rank_map))
+        job, path = slurm.submit_step(step, script, inputs=inputs)
+        rec = {"kind": "submit", "via": "slurm", "slurm_job_id": job, "rank_map": plan.rank_map,
+               "world_size": plan.world_size, "nodes": list(step.nodes), "command": list(plan.command)}
+        if record is not None:
+            _append_record(record, {**rec, "fabric_sha256": fabric.sha256()})
+        typer.echo(json.dumps(rec, indent=1) if as_json else f"submitted batch job {job}")
+        if path and not as_json:
+            typer.echo(f"batch script: {path}", err=True)
+        return
+    if not in_allocation:
+        raise UserError("--via slurm: not inside a Slurm allocation (SLURM_JOB_ID is not set); "
+                        "run inside salloc/sbatch, or add --submit", ExitCode.USAGE)
+    import asyncio
+
+    def to_stderr(p, stream, line):
+        print(f"[rank {p.rank} {p.host}] {line}", file=sys.stderr, flush=True)
+
+    from geoconsole.launch.run import default_sink, launch_record
+
+    result = asyncio.run(slurm.launch_step(step, sink=to_stderr if as_json else default_sink))
+    if record is not None:
+        _append_record(record, launch_record(plan, result, fabric_sha256=fabric.sha256(), extra={
+            "nodes": {str(r): n for r, n in enumerate(step.nodes)}}))
+    _report(result, as_json)
+
+
+def _report(result, as_json: bool) -> None:
+    """Print a launch result and exit with its code (shared by both launchers)."""
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=1))
     else:
