@@ -159,7 +159,7 @@ PartitionName=geo Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         _sh("ip", "addr", "add", f"{self.controller_addr}/32", "dev", "lo")
         self._addr_added = True
         for h in self.fleet.hosts:
-            _sh("ip", "route", "add", f"{self.controller_addr}/32", "via",
+            _sh("ip", "route", "replace", f"{self.controller_addr}/32", "via",
                 f"198.19.{b}.{4 * h.index + 1}", "dev", "mgmt0", ns=h.namespace)
 
     def _slurmctld(self) -> None:
@@ -230,6 +230,8 @@ PartitionName=geo Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 _signal_group(p, signal.SIGKILL)
                 p.wait(timeout=5)
         if self._addr_added:
+            for h in self.fleet.hosts:
+                _sh("ip", "route", "del", f"{self.controller_addr}/32", ns=h.namespace, check=False)
             _sh("ip", "addr", "del", f"{self.controller_addr}/32", "dev", "lo", check=False)
             self._addr_added = False
         for d in (self.dir, self.munge_dir):
