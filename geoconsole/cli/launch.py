@@ -243,8 +243,10 @@ def export_command(
     interface: Optional[str] = INTERFACE,
     env: Optional[List[str]] = ENV,
     workdir: Optional[str] = WORKDIR,
+    image: Optional[str] = typer.Option(None, "--image", help="k8s: the container image every rank runs in."),
+    job_name: str = typer.Option("geoconsole", "--job-name", help="k8s: prefix of the Pod and Service names."),
 ) -> None:
-    """Export the rank map for other launchers: torchrun script, Slurm hostfile, rankfile, JSON."""
+    """Export the rank map for other launchers: torchrun script, Slurm hostfile, rankfile, JSON, Kubernetes."""
     from geoconsole.launch.export import FORMATS, ExportError, export, parse, plan_slots
     from solver.files import write_text
 
@@ -252,17 +254,21 @@ def export_command(
         raise UserError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if fmt == "torchrun" and mode != "torchrun":
         raise UserError("--format torchrun: needs --mode torchrun")
+    if fmt == "k8s" and not image:
+        raise UserError("--format k8s: needs --image, the container image the ranks run in")
     fabric = load_fabric(matrix, devices=True)
     fabric, ranks = _solution(rank_map, fabric)
-    _inv, hosts = _inventory(inventory)
+    inv, hosts = _inventory(inventory)
     hosts = _hosts_for(fabric, hosts, False, inventory)
-    if not command and fmt in ("torchrun", "json"):
-        if fmt == "torchrun":
-            raise UserError("command: give the training command after '--' for a torchrun script")
+    if not command and fmt in ("torchrun", "json", "k8s"):
+        if fmt in ("torchrun", "k8s"):
+            raise UserError(f"command: give the training command after '--' for --format {fmt}")
         command = ["<command>"]
     plan = _plan(fabric, ranks, hosts, command or ["<command>"], mode=mode, backend=backend,
                  port=port, workdir=workdir, env=_env(env), interface=interface)
-    text = export(plan, fmt)
+    from geoconsole.launch.slurm import node_map
+
+    text = export(plan, fmt, image=image, name=job_name, nodes=node_map(inv, "k8s_node"))
     if parse(text, fmt) != plan_slots(plan):  # an export must read back to the same mapping
         raise ExportError(f"--format {fmt}: the export does not read back to the plan")
     if output is None:
