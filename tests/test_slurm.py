@@ -233,3 +233,44 @@ def test_unknown_node_is_one_error_naming_it(cluster, files, emulated_fleet):
     assert errors == ["error: Slurm has no node nosuch-1 (host beta); name each host's node with "
                       "slurm_node in the inventory"]
     assert cluster.queue() == []
+
+
+async def test_console_launches_one_step_in_its_allocation(cluster, emulated_fleet, monkeypatch):
+    """The Launch screen's Slurm step (v) runs the same step from inside an allocation."""
+    from support import wait_until
+    from test_app_fleet import fleet_app
+
+    from screens.dialogs import ConfirmDialog
+    from textual.widgets import Input
+
+    rank_map = [2, 0, 3, 1]
+    alloc = cluster.run("salloc", "-N4", "--no-shell")
+    job = alloc.stderr.split("Granted job allocation ")[1].split()[0]
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    monkeypatch.setenv("SLURM_JOB_ID", job)
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "h[0-3]")
+    try:
+        app, python = fleet_app(emulated_fleet, rank_map)
+        async with app.run_test(size=(160, 45)) as pilot:
+            await pilot.press("6")
+            screen = app.screen
+            screen.query_one("#launch-command", Input).value = (
+                f"{python} -c 'import os, socket; print(\"hello\", os.environ[\"RANK\"], "
+                f"os.environ[\"SLURM_PROCID\"], socket.gethostname())'")
+            await pilot.press("enter", "m", "v")
+            await pilot.pause()
+            assert screen.via == "slurm" and screen.plan.mode == "env"
+            await pilot.press("l")
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmDialog)
+            await pilot.press("y")
+            await wait_until(lambda: screen.result is not None, 120)
+            assert screen.result.ok, screen.result.to_json()
+            assert screen.result.step_id.startswith(job + ".")
+            lines = list(screen.query_one("#launch-plan").lines)
+            for row, rank in enumerate(rank_map):
+                host = emulated_fleet.hosts[row].name
+                assert f"[rank {rank} {host}] hello {rank} {rank} {host}" in lines, lines
+    finally:
+        cluster.run("scancel", job)
+    assert cluster.wait_clean() == []
