@@ -274,3 +274,28 @@ async def test_console_launches_one_step_in_its_allocation(cluster, emulated_fle
     finally:
         cluster.run("scancel", job)
     assert cluster.wait_clean() == []
+
+
+def test_gloo_ranks_find_their_interface_and_all_reduce(cluster, emulated_fleet, tmp_path):
+    """A real gloo job placed by Slurm: each task finds the link towards its peer (the
+    SSH launcher's ``ip route get`` rule) and the all-reduce sums over both ranks."""
+    from test_launch_fleet import PLAIN_PROGRAM
+
+    fabric = {"labels": ["x", "y"], "alpha_ms": [[0, 1], [1, 0]], "beta_gbps": [[0, 1], [1, 0]],
+              "devices": [{"host": "h2"}, {"host": "h3"}]}
+    (tmp_path / "f.json").write_text(json.dumps(fabric))
+    (tmp_path / "plain.py").write_text(PLAIN_PROGRAM)
+    inv = emulated_fleet.write_inventory(tmp_path / "hosts.toml", hosts=["h2", "h3"])
+    r = cluster.run("salloc", "-N2", "-w", "h2,h3", *geoconsole(
+        "launch", "--via", "slurm", "-m", str(tmp_path / "f.json"), "-r", "1,0", "-i", str(inv),
+        "--mode", "env", "--port", "29650", "--", sys.executable, str(tmp_path / "plain.py")), timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = {}
+    for line in r.stdout.splitlines():
+        if "REPORT " in line:
+            fields = dict(kv.split("=", 1) for kv in line.split("REPORT ")[1].split())
+            got[int(fields["rank"])] = fields
+    assert got[0]["host"] == "h3" and got[1]["host"] == "h2"
+    assert got[0]["ifname"] == emulated_fleet.host("h3").links["h2"]
+    assert got[1]["ifname"] == emulated_fleet.host("h2").links["h3"]
+    assert got[0]["sum"] == got[1]["sum"] == "2"

@@ -49,6 +49,8 @@ _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,252}\Z")
 MAX_SCRIPT_BYTES = 120_000
 #: Exit status of a task that finds itself on another node than planned.
 MISPLACED_STATUS = 97
+#: Exit status of a gloo task that finds no route towards its peer.
+NO_ROUTE_STATUS = 98
 JOB_NAME = "geoconsole"
 
 
@@ -107,15 +109,56 @@ def node_names(plan: LaunchPlan, names: Mapping[str, str] | None = None) -> tupl
     return tuple(out)
 
 
-def _task_line(p: Process, node: str, common: set[str], workdir: str | None) -> str:
+#: Finds the interface towards an address on the task's node (``ip route get``), as the
+#: SSH launcher does before it starts gloo ranks; the output is split into words, never
+#: given to a program.
+_ROUTE_DEV = """\
+route_dev() {
+    set -f
+    set -- $(ip -o route get "$1" 2>/dev/null)
+    while [ "$#" -gt 1 ]; do
+        [ "$1" = dev ] && { printf '%s\\n' "$2"; return 0; }
+        shift
+    done
+    return 1
+}"""
+
+
+def route_targets(plan: LaunchPlan) -> dict[str, str | None]:
+    """Per host whose gloo interface the plan leaves open: the address to route towards
+    (rank 0's; rank 0's host routes towards the next host in rank order; ``None``: a
+    one-host plan, which uses ``lo``)."""
+    if "gloo" not in plan.backend:
+        return {}
+    order = list(dict.fromkeys(p.host for p in plan.processes))
+    addr = {p.host: plan.hosts[p.host].rendezvous_address if p.host in plan.hosts else p.address
+            for p in plan.processes}
+    out: dict[str, str | None] = {}
+    for p in plan.processes:
+        if p.interface is None and p.host not in out:
+            peers = [h for h in order if h != p.host]
+            out[p.host] = None if not peers else addr[plan.master_host if p.host != plan.master_host else peers[0]]
+    return out
+
+
+def _task_line(p: Process, node: str, common: set[str], workdir: str | None, backend: str,
+               targets: Mapping[str, str | None]) -> str:
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in p.env if k not in common)
+    found = ""
+    if p.host in targets:
+        target = targets[p.host]
+        pick = "ifname=lo" if target is None else (
+            f"ifname=$(route_dev {shlex.quote(target)}) || noroute {shlex.quote(target)}")
+        found = pick + "; "
+        env = " ".join(filter(None, ['GLOO_SOCKET_IFNAME="$ifname"',
+                                     'NCCL_SOCKET_IFNAME="=$ifname"' if "nccl" in backend else "", env]))
     argv = " ".join(shlex.quote(a) for a in p.argv)
     run = f"exec env {env} {argv}" if env else f"exec {argv}"
     if workdir:
         run = f"cd {shlex.quote(workdir)} && {run}"
     check = (f'[ "${{SLURMD_NODENAME:-}}" = {shlex.quote(node)} ] || '
              f'misplaced {p.rank} {shlex.quote(node)}')
-    return f"{p.rank}) {check}; {run} ;;"
+    return f"{p.rank}) {check}; {found}{run} ;;"
 
 
 def task_script(plan: LaunchPlan, nodes: Sequence[str]) -> str:
@@ -132,9 +175,15 @@ def task_script(plan: LaunchPlan, nodes: Sequence[str]) -> str:
         f"    exit {MISPLACED_STATUS}",
         "}",
     ]
+    targets = route_targets(plan)
+    if any(t is not None for t in targets.values()):
+        lines += [_ROUTE_DEV, "noroute() {",
+                  '    echo "geoconsole: no route from ${SLURMD_NODENAME:-?} to $1" >&2',
+                  f"    exit {NO_ROUTE_STATUS}", "}"]
     lines += [f"export {k}={shlex.quote(first[k])}" for k in first if k in common]
     lines.append('case "${SLURM_PROCID:-}" in')
-    lines += [_task_line(p, nodes[p.rank], common, plan.workdir) for p in plan.processes]
+    lines += [_task_line(p, nodes[p.rank], common, plan.workdir, plan.backend, targets)
+              for p in plan.processes]
     lines.append('*) echo "geoconsole: no rank for task ${SLURM_PROCID:-?}" >&2; exit 96 ;;')
     lines.append("esac")
     return "\n".join(lines) + "\n"
