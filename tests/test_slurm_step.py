@@ -107,3 +107,22 @@ def test_cli_dry_run_prints_the_exact_lines(tmp_path):
     assert r.exit_code == 0 and "#SBATCH --nodelist=a,b" in r.stdout
     r = CliRunner().invoke(app, [*base, "--via", "ssh", "--submit", "--", "train.py"])
     assert r.exit_code == 2 and "--submit: needs --via slurm" in r.output
+
+
+def test_hostile_values_stay_data(tmp_path):
+    """Arguments, environment values and the working directory reach the task unchanged."""
+    hostile = ["a\nb", "`touch PWNED`", "$(touch PWNED)", "'; touch PWNED; '", "--", "*"]
+    workdir = tmp_path / "dir with 'quotes' $(x)"
+    workdir.mkdir()
+    plan = build_plan([0, 1, 2], DEVICES, HOSTS, [sys.executable, "-c", PROG, *hostile], mode="env",
+                      workdir=str(workdir), env={"EXTRA": "$(touch PWNED) `x`"})
+    step = slurm.build_step(plan)
+    for p in plan.processes:
+        env = {**os.environ, "SLURM_PROCID": str(p.rank), "SLURMD_NODENAME": step.nodes[p.rank]}
+        out = subprocess.run(step.argv[-3:], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["argv"] == hostile
+    assert "$(touch PWNED) `x`" in step.script and not list(tmp_path.rglob("PWNED"))
+    batch = tmp_path / "job.sh"
+    batch.write_text(slurm.sbatch_script(step))
+    assert subprocess.run(["sh", "-n", str(batch)]).returncode == 0

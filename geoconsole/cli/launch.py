@@ -189,7 +189,18 @@ def _launch_slurm(fabric, ranks, inventory, command, *, dry_run, as_json, submit
 
     from geoconsole.launch.run import default_sink, launch_record
 
-    result = asyncio.run(slurm.launch_step(step, sink=to_stderr if as_json else default_sink))
+    done = {}
+
+    async def main():
+        done["result"] = await slurm.launch_step(step, sink=to_stderr if as_json else default_sink)
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        # Ctrl-C cancelled the step (scancel) and the result says so: record it, exit 130
+        if "result" not in done:
+            raise
+    result = done["result"]
     if record is not None:
         _append_record(record, launch_record(plan, result, fabric_sha256=fabric.sha256(), extra={
             "nodes": {str(r): n for r, n in enumerate(step.nodes)}}))
