@@ -304,3 +304,12 @@ def test_gloo_ranks_find_their_interface_and_all_reduce(cluster, emulated_fleet,
     assert got[0]["ifname"] == emulated_fleet.host("h3").links["h2"]
     assert got[1]["ifname"] == emulated_fleet.host("h2").links["h3"]
     assert got[0]["sum"] == got[1]["sum"] == "2"
+
+
+def test_nodes_outside_the_allocation_are_one_error(cluster, files):
+    tmp, inv = files
+    r = cluster.run("salloc", "-N1", "-w", "h0", *launch_args(tmp, inv), timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert [line for line in r.stderr.splitlines() if line.startswith("error:")] == [
+        f"error: nodes h1, h2 are not in allocation {r.stderr.split('Granted job allocation ')[1].split()[0]} (h0)"]
+    assert "REPORT" not in r.stdout

@@ -279,7 +279,8 @@ def check_nodes(step: SlurmStep, *, env: Mapping[str, str] | None = None, run: R
         mine = set(_checked(["scontrol", "show", "hostnames", nodelist], run).split())
         outside = [n for n in dict.fromkeys(step.nodes) if n not in mine]
         if outside:
-            raise LaunchError(f"node {', '.join(outside)} is not in allocation {job} ({nodelist})")
+            verb = "node {} is" if len(outside) == 1 else "nodes {} are"
+            raise LaunchError(f"{verb.format(', '.join(outside))} not in allocation {job} ({nodelist})")
 
 
 # --- running ----------------------------------------------------------------------------
