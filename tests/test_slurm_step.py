@@ -126,3 +126,19 @@ def test_hostile_values_stay_data(tmp_path):
     batch = tmp_path / "job.sh"
     batch.write_text(slurm.sbatch_script(step))
     assert subprocess.run(["sh", "-n", str(batch)]).returncode == 0
+
+
+def test_inventory_node_fields_are_names_per_host(tmp_path):
+    from geoconsole.inventory import InventoryError, load_inventory
+
+    path = tmp_path / "hosts.toml"
+    path.write_text('[[hosts]]\nname = "a"\naddress = "10.0.0.1"\nslurm_node = "gpu-1"\nk8s_node = "node-1"\n')
+    inv = load_inventory(path, ssh_config=None)
+    assert (inv.hosts[0].slurm_node, inv.hosts[0].k8s_node) == ("gpu-1", "node-1")
+    assert slurm.node_map(inv) == {"a": "gpu-1"} and slurm.node_map(inv, "k8s_node") == {"a": "node-1"}
+    path.write_text('[[hosts]]\naddress = "10.0.0.1"\nslurm_node = "-x"\n')
+    with pytest.raises(InventoryError, match=r"hosts\[0\]\.slurm_node: a node name may not start with '-'"):
+        load_inventory(path, ssh_config=None)
+    path.write_text('[defaults]\nk8s_node = "n"\n[[hosts]]\naddress = "10.0.0.1"\n')
+    with pytest.raises(InventoryError, match=r"defaults\.k8s_node: unknown field"):
+        load_inventory(path, ssh_config=None)

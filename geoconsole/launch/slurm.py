@@ -407,9 +407,8 @@ async def run_step(step: SlurmStep, *, sink: LineSink = default_sink,
         except FileNotFoundError:
             raise RemoteError("srun: not found; Slurm's client commands must be on PATH") from None
         pumps = asyncio.gather(_pump(proc.stdout, "stdout", state), _pump(proc.stderr, "stderr", state))
+        notify = asyncio.ensure_future(_when(state.all_started, started)) if started else None
         try:
-            if started is not None:
-                asyncio.ensure_future(_when(state.all_started, started))
             waiter = asyncio.ensure_future(state.failed.wait())
             done, _ = await asyncio.wait({pumps, waiter}, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
@@ -424,7 +423,13 @@ async def run_step(step: SlurmStep, *, sink: LineSink = default_sink,
             result.interrupted = result.aborted = True
             result.reason = "interrupted"
             await _stop(proc, result, env, grace_s)
-            pumps.cancel()
+            try:  # srun has ended: read what it said last (the tasks' exits)
+                await asyncio.wait_for(pumps, 5)
+            except (asyncio.TimeoutError, TimeoutError):
+                pass
+        finally:
+            if notify is not None:
+                notify.cancel()
     code = proc.returncode
     if result.step_id is None and not result.interrupted:
         raise RemoteError(f"srun could not start the step (exit {code})" + _last_error(state))
