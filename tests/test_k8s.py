@@ -92,13 +92,25 @@ def test_each_pod_script_starts_its_ranks(tmp_path):
         out = subprocess.run(pod["spec"]["containers"][0]["command"], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         for line in out.stdout.splitlines():
-            doc = json.loads(line)
-            seen[int(doc["RANK"])] = (pod["spec"]["nodeSelector"]["kubernetes.io/hostname"], doc)
+            tag, _, text = line.partition("] ")
+            doc = json.loads(text)
+            seen[int(doc["RANK"])] = (pod["spec"]["nodeSelector"]["kubernetes.io/hostname"], tag + "]", doc)
     for p in plan.processes:
-        node, doc = seen[p.rank]
+        node, tag, doc = seen[p.rank]
         assert node == p.host and doc["CUDA_VISIBLE_DEVICES"] == str(p.gpu)
+        assert tag == f"[rank {p.rank} {p.host}]"
         assert doc["MASTER_ADDR"] == "geoconsole-rank0"
     assert sorted(seen) == [0, 1, 2, 3]
+
+
+def test_a_failing_rank_fails_the_pod_with_its_status():
+    devices = [Device("node0", 0), Device("node0", 1)]
+    prog = "import os, sys; print('bye'); sys.exit(int(os.environ['RANK']) * 5)"
+    plan = build_plan([0, 1], devices, HOSTS[:1], [sys.executable, "-c", prog], mode="env")
+    pod = next(d for d in documents(export(plan, "k8s", image=IMAGE)) if d["kind"] == "Pod")
+    out = subprocess.run(pod["spec"]["containers"][0]["command"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert sorted(out.stdout.splitlines()) == ["[rank 0 node0] bye", "[rank 1 node0] bye"]
 
 
 def test_cli_export_k8s_uses_the_inventorys_node_names(tmp_path):

@@ -46,13 +46,33 @@ def _rank_line(p: Process, master_addr: str, service: str, workdir: str | None) 
         " ".join(shlex.quote(a) for a in argv)
     if workdir:
         cmd = f"cd {shlex.quote(workdir)} && {cmd}"
-    return f"( {cmd} ) &  # rank {p.rank}\npids=\"$pids $!\""
+    tag = shlex.quote(f"[rank {p.rank} {p.host}]")
+    return (f'{{ ( {cmd} ) 2>&1; echo "{_EXIT} $?"; }} | prefix {tag} &  # rank {p.rank}\n'
+            'pids="$pids $!"')
+
+
+_EXIT = "@@geoconsole-exit"
+#: prefix TAG: copy standard input, TAG and a space before each line (TEXT is data: it
+#: is printed, never interpreted); the rank's exit status arrives as the last line and
+#: becomes prefix's own, so waiting for the pipeline gives the rank's status.
+_PREFIX = f"""\
+prefix() {{
+    while IFS= read -r line || [ -n "$line" ]; do
+        case "$line" in
+            "{_EXIT} "*) return "${{line#{_EXIT} }}" ;;
+        esac
+        printf '%s %s\\n' "$1" "$line"
+    done
+    return 1
+}}"""
 
 
 def pod_script(plan: LaunchPlan, procs: list[Process], service: str) -> str:
-    """What the pod runs: every rank of its node at once; the pod ends when all have,
-    failing when any failed; TERM (pod deletion) stops them all."""
-    lines = ['pids=""', "trap 'kill $pids 2>/dev/null; wait; exit 143' TERM INT"]
+    """What the pod runs: every rank of its node at once, output prefixed by rank and
+    host; the pod ends when all have, failing when any failed; TERM (pod deletion) stops
+    them all (the whole process group; the script ignores TERM while it waits)."""
+    lines = [_PREFIX, 'pids=""',
+             "trap 'trap \"\" TERM INT; kill -TERM 0 2>/dev/null; wait; exit 143' TERM INT"]
     lines += [_rank_line(p, plan.master_addr, service, plan.workdir) for p in procs]
     lines += ["status=0", 'for pid in $pids; do wait "$pid" || status=1; done', 'exit "$status"']
     return "\n".join(lines) + "\n"
@@ -145,7 +165,8 @@ def parse_k8s(text: str, source: str = "<k8s manifests>") -> list:
             raise _error(f"{where}: expected one container running /bin/sh -c SCRIPT") from None
         if not (spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL):
             raise _error(f"{where}: not pinned to a node ({HOSTNAME_LABEL})")
-        lines = {int(m.group(1)): m.group(0) for m in re.finditer(r"^\(.*\) &  # rank (\d+)$", script, re.M)}
+        lines = {int(m.group(2)): m.group(1) for m in re.finditer(
+            r"^\{ \( (.*) \) 2>&1; echo .*\} \| prefix .* &  # rank (\d+)$", script, re.M)}
         for item in ranks if isinstance(ranks, list) else [None]:
             ok = isinstance(item, list) and len(item) == 4 and isinstance(item[1], str) and all(
                 isinstance(v, int) and not isinstance(v, bool) for v in (item[0], item[3])) and (
@@ -156,7 +177,7 @@ def parse_k8s(text: str, source: str = "<k8s manifests>") -> list:
             line = lines.get(rank)
             if line is None:
                 raise _error(f"{where}: rank {rank} is annotated but its script does not start it")
-            words = shlex.split(line[1:line.rindex(")")])
+            words = shlex.split(line)
             visible = next((w.split("=", 1)[1] for w in words if w.startswith("CUDA_VISIBLE_DEVICES=")), None)
             if visible != (None if gpu is None else str(gpu)):
                 raise _error(f"{where}: rank {rank}: CUDA_VISIBLE_DEVICES {visible!r} differs from gpu {gpu}")
