@@ -115,6 +115,8 @@ def launch_command(
         raise UserError(f"--via {via!r}: expected ssh or slurm")
     if (submit or sbatch_script) and via != "slurm":
         raise UserError("--submit: needs --via slurm")
+    if sbatch_script and not submit:
+        raise UserError("--sbatch-script: needs --submit")
     fabric = load_fabric(matrix, devices=True)
     fabric, ranks = _solution(rank_map, fabric)
     if via == "slurm":
