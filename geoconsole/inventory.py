@@ -19,6 +19,8 @@ Two file formats are read:
       region = "us-west1"
       zone = "us-west1-b"
       network_group = "rack-7"
+      slurm_node = "gpu-017"       # Slurm's name for the host, when it differs
+      k8s_node = "node-17"         # Kubernetes' node name (kubernetes.io/hostname)
 
 * **Hostfile** (any other name), the DeepSpeed / MPI form: one ``host slots=N`` per line,
   ``#`` comments; ``slots`` is the number of GPUs to use (the first ``N``).
@@ -55,9 +57,11 @@ MAX_INVENTORY_BYTES = 64 << 20
 
 _HOST_FIELDS = {
     "name", "address", "port", "user", "identity", "python", "interface", "gpus",
-    "region", "zone", "network_group",
+    "region", "zone", "network_group", "slurm_node", "k8s_node",
 }
-_DEFAULT_FIELDS = _HOST_FIELDS - {"name", "address"}
+#: Fields naming the host in a scheduler: per host, never in [defaults].
+NODE_FIELDS = ("slurm_node", "k8s_node")
+_DEFAULT_FIELDS = _HOST_FIELDS - {"name", "address", *NODE_FIELDS}
 LABEL_FIELDS = ("region", "zone", "network_group")
 
 
@@ -85,6 +89,10 @@ class Host:
     region: str | None = None
     zone: str | None = None
     network_group: str | None = None
+    #: Slurm's node name for this host, when it differs from ``name``.
+    slurm_node: str | None = None
+    #: Kubernetes' node name (label ``kubernetes.io/hostname``), when it differs from ``name``.
+    k8s_node: str | None = None
     #: Where the entry came from (``file:line`` or ``file: hosts[i]``), for messages.
     source: str = ""
 
@@ -285,6 +293,8 @@ def _resolve(path: Path, where: str, entry: dict[str, Any], defaults: dict[str, 
             return None
         if key in LABEL_FIELDS:
             why = names.label_problem(value)
+        elif key in NODE_FIELDS:
+            why = names.name_problem(value, "node name")
         elif key in ("python", "identity"):
             why = names.path_problem(value, key)
         elif key == "user":
@@ -330,6 +340,7 @@ def _resolve(path: Path, where: str, entry: dict[str, Any], defaults: dict[str, 
         value, scope = pick(key)
         labels[key] = text(key, value, scope)
     identity = text("identity", ident_value, ident_scope)
+    nodes = {key: text(key, entry.get(key), where) for key in NODE_FIELDS}
     return Host(
         name=name,
         address=real_address,
@@ -341,6 +352,7 @@ def _resolve(path: Path, where: str, entry: dict[str, Any], defaults: dict[str, 
         gpus=_gpus(gpus_value, gpus_scope),
         source=where,
         **labels,
+        **nodes,
     )
 
 

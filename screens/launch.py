@@ -25,6 +25,11 @@ from screens.widgets import advice_text
 
 DEFAULT_COMMAND = "train.py"
 MODES = ("torchrun", "env")
+#: How the plan leaves the console (v cycles): over SSH, one Slurm step inside the
+#: console's allocation, a Slurm batch job, or Kubernetes manifests written to a file.
+VIAS = ("ssh", "slurm", "slurm-submit", "k8s")
+VIA_NAMES = {"ssh": "SSH", "slurm": "Slurm step", "slurm-submit": "Slurm submit", "k8s": "export for Kubernetes"}
+K8S_FILE = "geoconsole-k8s.yaml"
 
 
 def plan_hosts(session) -> dict:
@@ -48,6 +53,7 @@ class LaunchScreen(ConsoleScreen):
     AUTO_FOCUS = "#launch-plan"
     BINDINGS = [
         Binding("m", "cycle_mode", "Mode"),
+        Binding("v", "cycle_via", "Via", show=False),
         Binding("l", "launch", "Launch"),
         Binding("a", "abort", "Abort"),
     ]
@@ -59,6 +65,7 @@ class LaunchScreen(ConsoleScreen):
     def __init__(self) -> None:
         super().__init__()
         self.mode = MODES[0]
+        self.via = VIAS[0]
         self.plan: Any = None
         self.running = False
         self.result: Any = None
@@ -69,12 +76,47 @@ class LaunchScreen(ConsoleScreen):
             with Horizontal(id="launch-form"):
                 yield Label("training command ")
                 yield Input(DEFAULT_COMMAND, id="launch-command", compact=True)
+                image = (Label(" image ", id="launch-image-label"),
+                         Input("", placeholder="registry/image:tag", id="launch-image", compact=True))
+                for widget in image:  # shown only for the Kubernetes export
+                    widget.display = False
+                    yield widget
             yield Static(id="launch-summary")
             yield Log(id="launch-plan", highlight=False, auto_scroll=False)
         yield Footer()
 
     def on_input_submitted(self) -> None:
         self.show_session()
+
+    def _show_image_field(self) -> None:
+        for wid in ("#launch-image", "#launch-image-label"):
+            self.query_one(wid).display = self.via == "k8s"
+
+    def action_cycle_via(self) -> None:
+        if not self.running:
+            self.via = VIAS[(VIAS.index(self.via) + 1) % len(VIAS)]
+            self._show_image_field()
+            self.show_session()
+
+    def _via_lines(self, plan: Any) -> list[str]:
+        """What leaves the console on this route: the srun/sbatch lines or the manifests."""
+        from geoconsole.launch import slurm
+        from geoconsole.launch.export import export
+
+        if self.via == "k8s":
+            image = self.query_one("#launch-image", Input).value.strip() or "<image>"
+            return export(plan, "k8s", image=image, nodes=self._node_map("k8s_node")).splitlines()
+        return slurm.describe_step(slurm.build_step(plan, self._node_map("slurm_node")),
+                                   submit=self.via == "slurm-submit")
+
+    def _node_map(self, field: str) -> dict:
+        from geoconsole.launch.slurm import node_map
+
+        if not self.session.inventory:
+            return {}
+        from geoconsole.inventory import load_inventory
+
+        return node_map(load_inventory(Path(self.session.inventory)), field)
 
     def action_cycle_mode(self) -> None:
         if not self.running:
@@ -108,7 +150,11 @@ class LaunchScreen(ConsoleScreen):
             text.append("  STALE: labels or fabric changed since this solution", style="bold yellow")
         text.append(f"\nmaster {plan.master_host} ({plan.master_addr}:{plan.master_port}), "
                     f"{plan.world_size} ranks on {len(plan.by_host())} hosts, mode {plan.mode} (m), {plan.backend}")
-        if s.inventory:
+        if self.via != "ssh":
+            text.append(f"\nvia {VIA_NAMES[self.via]} (v); l: "
+                        + ("write " + K8S_FILE if self.via == "k8s" else "launch (asks first), a: abort"),
+                        style="dim")
+        elif s.inventory:
             text.append("\nl: launch (asks first), a: abort", style="dim")
         else:
             text.append("\nno inventory: addresses are the fabric's host names; review only", style="dim")
@@ -118,7 +164,15 @@ class LaunchScreen(ConsoleScreen):
         if found:
             text.append("\n").append(advice_text(found))
         summary.update(text)
-        log.write_lines(describe(plan))
+        if self.via == "ssh":
+            log.write_lines(describe(plan))
+        else:
+            try:
+                log.write_lines(self._via_lines(plan))
+            except ValueError as exc:  # a node or image name the route cannot carry
+                summary.update(Text(" ".join(str(exc).split()), style="bold red"))
+                self.plan = None
+                return
         if self.result is not None:
             self._show_result(self.result)
 
@@ -127,11 +181,14 @@ class LaunchScreen(ConsoleScreen):
         if self.running:
             self.notify("a launch is running (a aborts it)", severity="warning")
             return
-        if not self.session.inventory:
-            self.notify("no inventory: open the console with --inventory to launch", severity="warning")
-            return
         if self.plan is None:
             self.notify("no plan to launch", severity="warning")
+            return
+        if self.via == "k8s":
+            self._write_k8s(self.plan)
+            return
+        if self.via == "ssh" and not self.session.inventory:
+            self.notify("no inventory: open the console with --inventory to launch", severity="warning")
             return
         plan = self.plan
         body = (f"{plan.world_size} ranks on {len(plan.by_host())} hosts, rendezvous "
@@ -140,9 +197,54 @@ class LaunchScreen(ConsoleScreen):
 
         def answer(yes: bool | None) -> None:
             if yes:
-                self.run_launch(plan)
+                (self.run_launch if self.via == "ssh" else self.run_slurm)(plan)
 
-        self.app.push_screen(ConfirmDialog("Launch the training job?", body, yes="Launch"), answer)
+        title = "Launch the training job?" if self.via == "ssh" else f"Launch through {VIA_NAMES[self.via]}?"
+        self.app.push_screen(ConfirmDialog(title, body, yes="Launch"), answer)
+
+    def _write_k8s(self, plan: Any) -> None:
+        from geoconsole.launch.export import export
+        from solver.files import write_text
+
+        image = self.query_one("#launch-image", Input).value.strip()
+        try:
+            path = write_text(K8S_FILE, export(plan, "k8s", image=image, nodes=self._node_map("k8s_node")))
+        except ValueError as exc:
+            self.notify(" ".join(str(exc).split()), severity="error")
+            return
+        self.notify(f"wrote {path} ({plan.world_size} ranks)")
+
+    @work(exclusive=True, exit_on_error=False, group="launch", description="launch through Slurm")
+    async def run_slurm(self, plan: Any) -> None:
+        import asyncio
+
+        from geoconsole.launch import slurm
+
+        self.running = True
+        self.result = None
+        log = self.query_one(Log)
+        log.clear()
+        log.auto_scroll = True
+
+        def sink(p: Any, stream: str, line: str) -> None:
+            log.write_line(f"[rank {p.rank} {p.host}{' err' if stream == 'stderr' else ''}] {line}")
+
+        try:
+            step = slurm.build_step(plan, self._node_map("slurm_node"))
+            if self.via == "slurm-submit":
+                job, _path = await asyncio.to_thread(slurm.submit_step, step)
+                log.write_line(f"-- submitted batch job {job}")
+                return
+            log.write_line(f"-- starting {plan.world_size} ranks in one srun step")
+            result = await slurm.launch_step(step, sink=sink, note=lambda m: log.write_line(f"-- {m}"))
+        except ValueError as exc:  # RemoteError, LaunchError: one line
+            log.write_line(f"-- failed: {' '.join(str(exc).split())}")
+            return
+        finally:
+            self.running = False
+        log.write_line(f"-- Slurm step {result.step_id}")
+        self._show_result(result)
+        self.result = result
 
     def action_abort(self) -> None:
         if self.running:

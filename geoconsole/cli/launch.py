@@ -27,6 +27,9 @@ PORT = typer.Option(29500, "--port", min=1, max=65535, help="Rendezvous port on 
 INTERFACE = typer.Option(None, "--interface", help="Data interface for every host (else the inventory's; gloo: found with ip route get).")
 ENV = typer.Option(None, "--env", help="Extra KEY=VALUE for every rank (repeatable).")
 WORKDIR = typer.Option(None, "--workdir", help="Directory to cd into on every host.")
+VIA = typer.Option("ssh", "--via", help="ssh (the console starts every rank) or slurm (one srun step; --submit for a batch job).")
+SUBMIT = typer.Option(False, "--submit", help="--via slurm outside an allocation: write an sbatch script with the step and submit it.")
+SBATCH_SCRIPT = typer.Option(None, "--sbatch-script", help="--submit: keep the batch script here (default: a temporary file).")
 
 
 def _solution(value: str, fabric):
@@ -111,22 +114,37 @@ def launch_command(
     accept_new: bool = ACCEPT_NEW,
     strict: bool = STRICT,
     no_advice: bool = NO_ADVICE,
+    via: str = VIA,
+    submit: bool = SUBMIT,
+    sbatch_script: Optional[Path] = SBATCH_SCRIPT,
 ) -> None:
     """Launch the training command with the rank map: one process per GPU, explicit ranks."""
     from geoconsole.launch.plan import describe
 
+    if via not in ("ssh", "slurm"):
+        raise UserError(f"--via {via!r}: expected ssh or slurm")
+    if (submit or sbatch_script) and via != "slurm":
+        raise UserError("--submit: needs --via slurm")
+    if sbatch_script and not submit:
+        raise UserError("--sbatch-script: needs --submit")
     fabric = load_fabric(matrix, devices=True)
     fabric, ranks = _solution(rank_map, fabric)
+    said: list = []  # the advice given, for --json
+    check = None if no_advice else _launch_check(fabric, strict, said)
+    if check is not None:
+        check(None)  # the measurement's age and GPU kinds, before anything starts
+    if via == "slurm":
+        return _launch_slurm(fabric, ranks, inventory, command or [], dry_run=dry_run, as_json=as_json,
+                             submit=submit, script=sbatch_script, abort_on_failure=abort_on_failure,
+                             record=record, rank_map=rank_map, matrix=matrix,
+                             opts=dict(mode=mode, backend=backend, port=port, workdir=workdir,
+                                       env=_env(env), interface=interface))
     if not dry_run and inventory is None:
         raise UserError("--inventory: needed to reach the hosts (use --dry-run to only print the plan)")
     inv, hosts = _inventory(inventory)
     hosts = _hosts_for(fabric, hosts, not dry_run, inventory)
     opts = dict(mode=mode, backend=backend, port=port, workdir=workdir, env=_env(env), interface=interface)
     plan = _plan(fabric, ranks, hosts, command or [], **opts)
-    said: list = []  # the advice given, for --json
-    check = None if no_advice else _launch_check(fabric, strict, said)
-    if check is not None:
-        check(None)
     if dry_run:
         if as_json:
             typer.echo(json.dumps({**plan.to_json(), **({} if no_advice else {"advice": said})}, indent=1))
@@ -142,8 +160,77 @@ def launch_command(
         from geoconsole.launch.run import launch_record
 
         _append_record(record, launch_record(plan, result, fabric_sha256=fabric.sha256()))
+    _report(result, as_json, None if no_advice else said)
+
+
+def _launch_slurm(fabric, ranks, inventory, command, *, dry_run, as_json, submit, script,
+                  abort_on_failure, record, rank_map, matrix, opts) -> None:
+    """launch --via slurm: one srun step inside the allocation, or an sbatch submission."""
+    import os
+
+    from geoconsole.launch import slurm
+
+    inv, hosts = _inventory(inventory)
+    hosts = _hosts_for(fabric, hosts, False, inventory)
+    plan = _plan(fabric, ranks, hosts, command, **opts)
+    step = slurm.build_step(plan, slurm.node_map(inv), abort_on_failure=abort_on_failure)
+    if dry_run:
+        if as_json:
+            doc = {**plan.to_json(), "slurm": {"nodes": list(step.nodes), "srun": list(step.argv),
+                                               "sbatch": slurm.sbatch_script(step) if submit else None}}
+            typer.echo(json.dumps(doc, indent=1))
+        else:
+            typer.echo("\n".join(slurm.describe_step(step, submit=submit)))
+        return
+    in_allocation = bool(os.environ.get("SLURM_JOB_ID"))
+    if submit:
+        inputs = [("--matrix", matrix), ("--inventory", inventory)]
+        if Path(rank_map).exists():
+            inputs.append(("--rank-map", rank_map))
+        job, path = slurm.submit_step(step, script, inputs=inputs)
+        rec = {"kind": "submit", "via": "slurm", "slurm_job_id": job, "rank_map": plan.rank_map,
+               "world_size": plan.world_size, "nodes": list(step.nodes), "command": list(plan.command)}
+        if record is not None:
+            _append_record(record, {**rec, "fabric_sha256": fabric.sha256()})
+        typer.echo(json.dumps(rec, indent=1) if as_json else f"submitted batch job {job}")
+        if path and not as_json:
+            typer.echo(f"batch script: {path}", err=True)
+        return
+    if not in_allocation:
+        raise UserError("--via slurm: not inside a Slurm allocation (SLURM_JOB_ID is not set); "
+                        "run inside salloc/sbatch, or add --submit", ExitCode.USAGE)
+    import asyncio
+
+    def to_stderr(p, stream, line):
+        print(f"[rank {p.rank} {p.host}] {line}", file=sys.stderr, flush=True)
+
+    from geoconsole.launch.run import default_sink, launch_record
+
+    done = {}
+
+    async def main():
+        done["result"] = await slurm.launch_step(step, sink=to_stderr if as_json else default_sink)
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        # Ctrl-C cancelled the step (scancel) and the result says so: record it, exit 130
+        if "result" not in done:
+            raise
+    result = done["result"]
+    if record is not None:
+        _append_record(record, launch_record(plan, result, fabric_sha256=fabric.sha256(), extra={
+            "nodes": {str(r): n for r, n in enumerate(step.nodes)}}))
+    _report(result, as_json)
+
+
+def _report(result, as_json: bool, advice: list | None = None) -> None:
+    """Print a launch result and exit with its code (shared by both launchers).
+
+    ``advice``: what was advised before the start (None: advice was off), for --json.
+    """
     if as_json:
-        typer.echo(json.dumps({**result.to_json(), **({} if no_advice else {"advice": said})}, indent=1))
+        typer.echo(json.dumps({**result.to_json(), **({} if advice is None else {"advice": advice})}, indent=1))
     else:
         for o in result.outcomes:
             state = "ok" if o.ok else (o.error or f"exit {o.exit_status}")
@@ -214,8 +301,10 @@ def export_command(
     interface: Optional[str] = INTERFACE,
     env: Optional[List[str]] = ENV,
     workdir: Optional[str] = WORKDIR,
+    image: Optional[str] = typer.Option(None, "--image", help="k8s: the container image every rank runs in."),
+    job_name: str = typer.Option("geoconsole", "--job-name", help="k8s: prefix of the Pod and Service names."),
 ) -> None:
-    """Export the rank map for other launchers: torchrun script, Slurm hostfile, rankfile, JSON."""
+    """Export the rank map for other launchers: torchrun script, Slurm hostfile, rankfile, JSON, Kubernetes."""
     from geoconsole.launch.export import FORMATS, ExportError, export, parse, plan_slots
     from solver.files import write_text
 
@@ -223,18 +312,22 @@ def export_command(
         raise UserError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if fmt == "torchrun" and mode != "torchrun":
         raise UserError("--format torchrun: needs --mode torchrun")
+    if fmt == "k8s" and not image:
+        raise UserError("--format k8s: needs --image, the container image the ranks run in")
     fabric = load_fabric(matrix, devices=True)
     fabric, ranks = _solution(rank_map, fabric)
-    _inv, hosts = _inventory(inventory)
+    inv, hosts = _inventory(inventory)
     hosts = _hosts_for(fabric, hosts, False, inventory)
-    if not command and fmt in ("torchrun", "json"):
-        if fmt == "torchrun":
-            raise UserError("command: give the training command after '--' for a torchrun script")
+    if not command and fmt in ("torchrun", "json", "k8s"):
+        if fmt in ("torchrun", "k8s"):
+            raise UserError(f"command: give the training command after '--' for --format {fmt}")
         command = ["<command>"]
     plan = _plan(fabric, ranks, hosts, command or ["<command>"], mode=mode, backend=backend,
                  port=port, workdir=workdir, env=_env(env), interface=interface)
+    from geoconsole.launch.slurm import node_map
+
     with flag(f"--format {fmt}"):
-        text = export(plan, fmt)
+        text = export(plan, fmt, image=image, name=job_name, nodes=node_map(inv, "k8s_node"))
     if parse(text, fmt) != plan_slots(plan):  # an export must read back to the same mapping
         raise ExportError(f"--format {fmt}: the export does not read back to the plan")
     if output is None:

@@ -20,6 +20,9 @@ that a parse gives back the same mapping, and the rank map itself):
     of line) carries the GPU for the job to select.
 ``json``
     The plan itself (``geoconsole-launch/1``), commands included.
+``k8s``
+    Kubernetes manifests: one Pod per node pinned by ``kubernetes.io/hostname``, a
+    headless Service for rank 0 (:mod:`geoconsole.launch.k8s`).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 from geoconsole.errors import InputError
 from geoconsole.launch.plan import LaunchPlan, quote
 
-FORMATS = ("torchrun", "slurm", "rankfile", "json")
+FORMATS = ("torchrun", "slurm", "rankfile", "json", "k8s")
 
 # Host names the two foreign formats read back unchanged: Slurm splits at ',' and reads
 # '*N' as repetition, and needs a leading letter or digit; Open MPI's rankfile lexer takes
@@ -73,9 +76,16 @@ def rank_map_of(slots: list[RankSlot]) -> list[int]:
     return out
 
 
-def export(plan: LaunchPlan, fmt: str) -> str:
+def export(plan: LaunchPlan, fmt: str, *, image: str | None = None, name: str = "geoconsole",
+           nodes: dict[str, str] | None = None) -> str:
+    """The plan in format ``fmt``; ``image``, ``name`` and ``nodes`` (host -> node name)
+    are the k8s format's."""
     if fmt not in FORMATS:
         raise ExportError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    if fmt == "k8s":
+        from geoconsole.launch.k8s import export_k8s
+
+        return export_k8s(plan, image=image, name=name, nodes=nodes)
     return {"torchrun": export_torchrun, "slurm": export_slurm,
             "rankfile": export_rankfile, "json": export_json}[fmt](plan)
 
@@ -83,6 +93,10 @@ def export(plan: LaunchPlan, fmt: str) -> str:
 def parse(text: str, fmt: str, source: str = "<export>") -> list[RankSlot]:
     if fmt not in FORMATS:
         raise ExportError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    if fmt == "k8s":
+        from geoconsole.launch.k8s import parse_k8s
+
+        return parse_k8s(text, source)
     return {"torchrun": parse_torchrun, "slurm": parse_slurm,
             "rankfile": parse_rankfile, "json": parse_json}[fmt](text, source)
 

@@ -1,0 +1,187 @@
+"""Kubernetes manifests for a launch plan, and reading them back.
+
+One Pod per node, pinned with ``nodeSelector: kubernetes.io/hostname``: the device plugin
+does not let a pod pick GPU indices, so the pod on a node requests GPUs ``0..max`` of the
+plan (``nvidia.com/gpu``: highest planned index + 1; give it whole nodes so the indices
+mean the physical ones) and runs one process per planned GPU, each with its explicit
+global rank, ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and ``CUDA_VISIBLE_DEVICES`` as planned.
+
+The pods use the host network (``hostNetwork: true``): the fabric was measured between
+hosts, and the plan's interfaces and addresses are the hosts'. A headless Service selects
+the pod of rank 0; its name is ``MASTER_ADDR`` (and torchrun's ``--master-addr``), resolved
+in the pods through ``dnsPolicy: ClusterFirstWithHostNet``.
+
+The output is a YAML stream of JSON documents (JSON is YAML; ``kubectl apply -f`` reads
+it), so neither writing nor reading needs a YAML library. Each pod carries its ranks in
+the annotation ``geoconsole.io/ranks`` (JSON: ``[rank, host, gpu, device]`` per rank), and
+:func:`parse_k8s` checks them against the pod's own script and node.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from typing import Any, Mapping
+
+from geoconsole.launch.plan import LaunchPlan, Process
+
+#: Kubernetes object and node names: DNS-1123 subdomains.
+_DNS = re.compile(r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?\Z")
+_LABEL_NAME = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,40}[a-z0-9])?\Z")
+RANKS_ANNOTATION = "geoconsole.io/ranks"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+def _error(message: str) -> Exception:
+    from geoconsole.launch.export import ExportError
+
+    return ExportError(message)
+
+
+def _rank_line(p: Process, master_addr: str, service: str, workdir: str | None) -> str:
+    env = {k: (service if k == "MASTER_ADDR" and v == master_addr else v) for k, v in p.env}
+    argv = [f"--master-addr={service}" if a == f"--master-addr={master_addr}" else a for a in p.argv]
+    cmd = "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + \
+        " ".join(shlex.quote(a) for a in argv)
+    if workdir:
+        cmd = f"cd {shlex.quote(workdir)} && {cmd}"
+    tag = shlex.quote(f"[rank {p.rank} {p.host}]")
+    return (f'{{ ( {cmd} ) 2>&1; echo "{_EXIT} $?"; }} | prefix {tag} &  # rank {p.rank}\n'
+            'pids="$pids $!"')
+
+
+_EXIT = "@@geoconsole-exit"
+#: prefix TAG: copy standard input, TAG and a space before each line (TEXT is data: it
+#: is printed, never interpreted); the rank's exit status arrives as the last line and
+#: becomes prefix's own, so waiting for the pipeline gives the rank's status.
+_PREFIX = f"""\
+prefix() {{
+    while IFS= read -r line || [ -n "$line" ]; do
+        case "$line" in
+            "{_EXIT} "*) return "${{line#{_EXIT} }}" ;;
+        esac
+        printf '%s %s\\n' "$1" "$line"
+    done
+    return 1
+}}"""
+
+
+def pod_script(plan: LaunchPlan, procs: list[Process], service: str) -> str:
+    """What the pod runs: every rank of its node at once, output prefixed by rank and
+    host; the pod ends when all have, failing when any failed; TERM (pod deletion) stops
+    them all (the whole process group; the script ignores TERM while it waits)."""
+    lines = [_PREFIX, 'pids=""',
+             "trap 'trap \"\" TERM INT; kill -TERM 0 2>/dev/null; wait; exit 143' TERM INT"]
+    lines += [_rank_line(p, plan.master_addr, service, plan.workdir) for p in procs]
+    lines += ["status=0", 'for pid in $pids; do wait "$pid" || status=1; done', 'exit "$status"']
+    return "\n".join(lines) + "\n"
+
+
+def export_k8s(plan: LaunchPlan, *, image: str | None, name: str = "geoconsole",
+               nodes: Mapping[str, str] | None = None) -> str:
+    """Manifests (Service + one Pod per node) for ``plan``; ``nodes`` maps host name to
+    Kubernetes node name (the inventory's ``k8s_node``; else the host name)."""
+    if not image:
+        raise _error("k8s: needs the container image the ranks run in")
+    if not _LABEL_NAME.match(name):
+        raise _error(f"k8s: name {name!r}: lowercase letters, digits and '-', at most 42 characters")
+    nodes = nodes or {}
+    service = f"{name}-rank0"
+    by_host = plan.by_host()
+    docs: list[dict[str, Any]] = [{
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": service, "labels": {"app.kubernetes.io/name": name}},
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                 "selector": {"geoconsole.io/job": name, "geoconsole.io/rank0": "true"},
+                 "ports": [{"name": "rendezvous", "port": plan.master_port, "protocol": "TCP"}]},
+    }]
+    for index, (host, procs) in enumerate(by_host.items()):
+        node = nodes.get(host) or host
+        if not _DNS.match(node):
+            raise _error(f"k8s: host {host}: node name {node!r} is not a Kubernetes node name "
+                         "(set k8s_node in the inventory)")
+        gpus = [p.gpu for p in procs if p.gpu is not None]
+        container: dict[str, Any] = {
+            "name": "ranks", "image": image, "command": ["/bin/sh", "-c", pod_script(plan, procs, service)],
+        }
+        if gpus:
+            count = str(max(gpus) + 1)
+            container["resources"] = {"limits": {"nvidia.com/gpu": count}, "requests": {"nvidia.com/gpu": count}}
+        ranks = json.dumps([[p.rank, p.host, p.gpu, p.device] for p in procs])
+        docs.append({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": f"{name}-{index}",
+                "labels": {"geoconsole.io/job": name,
+                           "geoconsole.io/rank0": "true" if host == plan.master_host else "false"},
+                "annotations": {RANKS_ANNOTATION: ranks, "geoconsole.io/host": host},
+            },
+            "spec": {"nodeSelector": {HOSTNAME_LABEL: node}, "restartPolicy": "Never",
+                     "hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet",
+                     "containers": [container]},
+        })
+    head = (f"# Kubernetes manifests written by geoconsole export: {plan.world_size} ranks on "
+            f"{len(by_host)} nodes; rank_map (fabric row -> global rank): "
+            f"{' '.join(map(str, plan.rank_map))}\n")
+    return head + "".join(f"---\n{json.dumps(d, indent=1)}\n" for d in docs)
+
+
+def documents(text: str, source: str = "<k8s manifests>") -> list[dict[str, Any]]:
+    """The JSON documents of a stream written by :func:`export_k8s`."""
+    out, chunk = [], []
+    for line in text.splitlines() + ["---"]:
+        if line.strip() == "---":
+            body = "\n".join(chunk).strip()
+            chunk = []
+            if body:
+                try:
+                    out.append(json.loads(body))
+                except json.JSONDecodeError as exc:
+                    raise _error(f"{source}: a document is not JSON: {exc.msg}") from None
+        elif not line.startswith("#"):
+            chunk.append(line)
+    return out
+
+
+def parse_k8s(text: str, source: str = "<k8s manifests>") -> list:
+    """The rank slots of the manifests: each pod's annotated ranks, checked against its
+    script (every rank's line sets its rank and ``CUDA_VISIBLE_DEVICES``) and its node."""
+    from geoconsole.launch.export import RankSlot, _check_complete
+
+    slots = []
+    for doc in documents(text, source):
+        if not isinstance(doc, dict) or doc.get("kind") != "Pod":
+            continue
+        meta, spec = doc.get("metadata") or {}, doc.get("spec") or {}
+        where = f"{source}: pod {meta.get('name')}"
+        try:
+            ranks = json.loads((meta.get("annotations") or {}).get(RANKS_ANNOTATION, ""))
+        except (json.JSONDecodeError, TypeError):
+            raise _error(f"{where}: {RANKS_ANNOTATION}: expected a JSON list") from None
+        try:
+            script = spec["containers"][0]["command"][2]
+        except (KeyError, IndexError, TypeError):
+            raise _error(f"{where}: expected one container running /bin/sh -c SCRIPT") from None
+        if not (spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL):
+            raise _error(f"{where}: not pinned to a node ({HOSTNAME_LABEL})")
+        lines = {int(m.group(2)): m.group(1) for m in re.finditer(
+            r"^\{ \( (.*) \) 2>&1; echo .*\} \| prefix .* &  # rank (\d+)$", script, re.M)}
+        for item in ranks if isinstance(ranks, list) else [None]:
+            ok = isinstance(item, list) and len(item) == 4 and isinstance(item[1], str) and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in (item[0], item[3])) and (
+                item[2] is None or isinstance(item[2], int))
+            if not ok:
+                raise _error(f"{where}: {RANKS_ANNOTATION}: expected [rank, host, gpu, device] items")
+            rank, host, gpu, device = item
+            line = lines.get(rank)
+            if line is None:
+                raise _error(f"{where}: rank {rank} is annotated but its script does not start it")
+            words = shlex.split(line)
+            visible = next((w.split("=", 1)[1] for w in words if w.startswith("CUDA_VISIBLE_DEVICES=")), None)
+            if visible != (None if gpu is None else str(gpu)):
+                raise _error(f"{where}: rank {rank}: CUDA_VISIBLE_DEVICES {visible!r} differs from gpu {gpu}")
+            if f"RANK={rank}" not in words and f"--node-rank={rank}" not in words:
+                raise _error(f"{where}: rank {rank}: its command sets neither RANK nor --node-rank to {rank}")
+            slots.append(RankSlot(rank, host, gpu, device))
+    return _check_complete(slots, source)
