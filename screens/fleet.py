@@ -16,10 +16,13 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Static
 
 from geoconsole.session import Session
 from screens.base import ConsoleScreen
+from screens.messages import Activity
+from screens.statusbar import StatusBar
+from screens.tabs import ScreenTabs
 from screens.dialogs import ConfirmDialog
 from solver.workload import DTFM_WORKLOAD
 
@@ -59,6 +62,13 @@ def session_for_inventory(path: Path) -> Session:
     return Session(fabric=None, workload=DTFM_WORKLOAD, inventory=str(path), name=f"fleet {path.name}")
 
 
+def host_counts(states: dict[str, int]) -> str:
+    """'hosts 3/4 connected, 1 failed' for the status bar."""
+    total = sum(states.values())
+    words = [f"{states[s]} {s}" for s in ("connecting", "failed", "new host key") if states.get(s)]
+    return ", ".join([f"hosts {states.get('connected', 0)}/{total} connected", *words])
+
+
 def _labels(obj: Any) -> str:
     parts = [getattr(obj, k, None) for k in ("region", "zone", "network_group")]
     return " / ".join(p or "-" for p in parts)
@@ -84,10 +94,11 @@ class FleetScreen(ConsoleScreen):
         self._inventory_path: str | None = None
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield ScreenTabs()
         yield Static(id="fleet-summary")
         yield DataTable(id="fleet-table", cursor_type="row", zebra_stripes=True)
         yield Static(id="fleet-details", classes="details")
+        yield StatusBar()
         yield Footer()
 
     def on_mount(self) -> None:
@@ -140,6 +151,8 @@ class FleetScreen(ConsoleScreen):
         counts = ", ".join(f"{n} {state}" for state, n in states.items()) or "no hosts"
         total = len(self.fleet.rows)
         self.query_one("#fleet-summary", Static).update(f"{total} host{'s' if total != 1 else ''} from {where}: {counts}")
+        if self.session.inventory:
+            self.post_message(Activity("hosts", host_counts(states)))
         self._details()
 
     def on_data_table_row_highlighted(self) -> None:

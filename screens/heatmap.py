@@ -10,10 +10,12 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import Footer, Header, ProgressBar, Static
+from textual.widgets import Footer, ProgressBar, Static
 
 from screens.base import ConsoleScreen
-from screens.messages import SessionChanged
+from screens.statusbar import StatusBar
+from screens.tabs import ScreenTabs
+from screens.messages import Activity, SessionChanged
 from screens.heatmap_view import (
     ESTIMATED_OFFSET, ESTIMATED_PALETTE, METRIC_TITLES, METRICS, PALETTE, SELF, UNMEASURED, Heatmap,
 )
@@ -137,13 +139,14 @@ class HeatmapScreen(ConsoleScreen):
         self.sweep: Any = None
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield ScreenTabs()
         yield Static(id="fabric-title", classes="title")
         yield Heatmap(id="heatmap")
         yield ColourLegend(id="legend")
         yield Static(id="pair-details", classes="details")
         yield ProgressBar(id="sweep-progress", show_eta=True, total=None)
         yield Static("", id="sweep-status", classes="status")
+        yield StatusBar()
         yield Footer()
 
     def on_mount(self) -> None:
@@ -229,6 +232,7 @@ class HeatmapScreen(ConsoleScreen):
         """Called by the app's worker-error handler for this screen's workers."""
         self.sweep = None
         self.query_one("#sweep-status", Static).update(Text("The sweep failed (see the notification).", style="bold red"))
+        self.post_message(Activity("sweep", None))
 
     @work(exclusive=True, exit_on_error=False, group="sweep", description="fabric sweep")
     async def run_sweep(self, inventory: str, known_hosts: str | None) -> None:
@@ -263,6 +267,7 @@ class HeatmapScreen(ConsoleScreen):
         elif kind == "PairMeasured" and live.fabric is not None:
             live.measured(event)
             progress.update(progress=live.done)
+            self.post_message(Activity("sweep", f"sweep {live.done}/{live.total} pairs"))
             self.query_one(Heatmap).set_data(live.fabric, self.session.workload, self.session.devices())
         elif kind == "PairFailed" and live.fabric is not None:
             live.failed(event)
@@ -275,6 +280,7 @@ class HeatmapScreen(ConsoleScreen):
             self.session.set_fabric(event.fabric)
             words = "cancelled" if event.cancelled else "done"
             status.update(f"sweep {words}: {event.measured} pairs measured, {event.failed} failed, {event.elapsed_s:.1f} s")
+            self.post_message(Activity("sweep", None))
             self.post_message(SessionChanged(f"sweep {words}"))
 
 

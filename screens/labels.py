@@ -7,10 +7,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.validation import ValidationResult, Validator
-from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Static
+from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
 from screens.adapters import LABEL_FIELDS, validate_label
 from screens.base import ConsoleScreen
+from screens.fields import Field
+from screens.statusbar import StatusBar
+from screens.tabs import ScreenTabs
 from screens.heatmap_view import row_order
 from screens.messages import SessionChanged
 from screens.widgets import StageLocality
@@ -63,18 +66,19 @@ class LabelsScreen(ConsoleScreen):
         self.order: list[int] = []
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield ScreenTabs()
         with Horizontal(id="labels-body"):
             yield DataTable(id="labels-table", cursor_type="row", zebra_stripes=True)
             with Vertical(id="labels-form"):
                 yield Static("Set on marked rows (empty: unchanged, '-': clear). A whole host marked: set per host; else per GPU (*).")
                 for field in LABEL_FIELDS:
                     yield Label(field.replace("_", " "))
-                    yield Input(placeholder=field, id=f"set-{field}", validators=[LabelValidator(field)], compact=True)
+                    yield Field(placeholder=field, id=f"set-{field}", validators=[LabelValidator(field)], compact=True)
                 yield Static("", id="labels-error", classes="error")
                 yield Button("Apply to marked rows", id="apply", variant="primary", compact=True)
                 yield Static(id="labels-marked")
                 yield StageLocality(id="labels-locality")
+        yield StatusBar()
         yield Footer()
 
     def on_mount(self) -> None:

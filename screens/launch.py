@@ -17,9 +17,12 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Header, Input, Label, Log, Static
+from textual.widgets import Footer, Input, Label, Log, Static
 
 from screens.base import ConsoleScreen
+from screens.fields import Field
+from screens.statusbar import StatusBar
+from screens.tabs import ScreenTabs
 from screens.dialogs import ConfirmDialog
 
 DEFAULT_COMMAND = "train.py"
@@ -63,13 +66,14 @@ class LaunchScreen(ConsoleScreen):
         self.result: Any = None
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield ScreenTabs()
         with Vertical(id="launch-body"):
             with Horizontal(id="launch-form"):
                 yield Label("training command ")
-                yield Input(DEFAULT_COMMAND, id="launch-command", compact=True)
+                yield Field(DEFAULT_COMMAND, id="launch-command", compact=True)
             yield Static(id="launch-summary")
             yield Log(id="launch-plan", highlight=False, auto_scroll=False)
+        yield StatusBar()
         yield Footer()
 
     def on_input_submitted(self) -> None:

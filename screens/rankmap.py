@@ -11,10 +11,12 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, ScrollableContainer
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Footer, Static
 
 from geoconsole.session import Solution
 from screens.base import ConsoleScreen
+from screens.statusbar import StatusBar
+from screens.tabs import ScreenTabs
 from screens.dialogs import PathDialog
 from screens.widgets import StageLocality, grid_rows, region_colours
 from solver.fabric import Device, write_atomic
@@ -51,7 +53,7 @@ class RankMapScreen(ConsoleScreen):
         self.compare: Solution | None = None
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield ScreenTabs()
         with ScrollableContainer(id="rankmap-body"):
             yield Static(id="rankmap-summary")
             with Horizontal(id="rankmap-grids"):
@@ -60,6 +62,7 @@ class RankMapScreen(ConsoleScreen):
             with Horizontal(id="rankmap-lists"):
                 yield StageLocality(id="rankmap-locality")
                 yield Static(id="rankmap-edges")
+        yield StatusBar()
         yield Footer()
 
     def _other(self) -> Solution | None:

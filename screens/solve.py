@@ -20,11 +20,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.widgets import Button, Footer, Header, Sparkline, Static
+from textual.widgets import Button, Footer, Sparkline, Static
 
 from geoconsole.session import Solution, iso
 from screens.base import ConsoleScreen
-from screens.messages import SessionChanged
+from screens.statusbar import StatusBar, solve_eta, solve_running
+from screens.tabs import ScreenTabs
+from screens.messages import Activity, SessionChanged
 from screens.solve_widgets import Histogram, SolveOptions, WorkloadForm
 
 #: Seconds between progress messages; the solver may call back far more often.
@@ -86,9 +88,10 @@ class SolveScreen(ConsoleScreen):
         self.running = False
         self.history: list[float] = []
         self.bound: float | None = None
+        self.options: SolveOptions | None = None
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield ScreenTabs()
         with Horizontal(id="solve-body"):
             with VerticalScroll(id="solve-form-pane"):
                 yield WorkloadForm(id="solve-form")
@@ -101,6 +104,7 @@ class SolveScreen(ConsoleScreen):
                 yield Sparkline([], id="solve-sparkline")
                 yield Static("", id="solve-axis")
                 yield Histogram(id="solve-histogram")
+        yield StatusBar()
         yield Footer()
 
     def show_session(self) -> None:
@@ -144,6 +148,7 @@ class SolveScreen(ConsoleScreen):
             return
         error.update("")
         self.session.workload = self._filled = options.workload
+        self.options = options
         self._cancel.clear()
         self._set_running(True)
         self.history = []
@@ -173,6 +178,7 @@ class SolveScreen(ConsoleScreen):
         """Called by the app's worker-error handler for this screen's workers."""
         self._set_running(False)
         self.query_one("#solve-status", Static).update(Text("The solver failed (see the notification).", style="bold red"))
+        self.post_message(Activity("solve", None))
 
     # -- the worker (runs in a thread) ---------------------------------------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="solve", description="solve placement")
@@ -209,6 +215,7 @@ class SolveScreen(ConsoleScreen):
     def on_solve_screen_started(self, message: Started) -> None:
         self.bound = message.bound
         self.query_one("#solve-status", Static).update(f"Searching... lower bound {message.bound:.2f} s")
+        self.post_message(Activity("solve", solve_running(None, message.bound, 0.0, None)))
 
     def on_solve_screen_progress(self, message: Progress) -> None:
         if not self.running:
@@ -219,12 +226,15 @@ class SolveScreen(ConsoleScreen):
         self.query_one("#solve-axis", Static).update(
             f"best Comm so far: {self.history[0]:.2f} s -> {message.fun:.2f} s{bound}"
         )
+        eta = solve_eta(message.elapsed_s, message.nfev, self.options.time_limit, self.options.budget)
         self.query_one("#solve-status", Static).update(self._status_text(
-            message.fun, message.nit, message.nfev, message.elapsed_s, message.phase
+            message.fun, message.nit, message.nfev, message.elapsed_s, message.phase, eta=eta
         ))
+        self.post_message(Activity("solve", solve_running(message.fun, self.bound, message.elapsed_s, eta)))
 
     def on_solve_screen_finished(self, message: Finished) -> None:
         self._set_running(False)
+        self.post_message(Activity("solve", None))
         r = message.result
         number = len(self.session.solutions) + 1
         solution = Solution(
@@ -237,13 +247,16 @@ class SolveScreen(ConsoleScreen):
         self.session.add_solution(solution)
         self.post_message(SessionChanged(f"{solution.name}: Comm {solution.fun:.2f} s"))
 
-    def _status_text(self, fun: float, nit: int, nfev: int, elapsed: float, phase: str, done: str = "") -> Text:
+    def _status_text(self, fun: float, nit: int, nfev: int, elapsed: float, phase: str, done: str = "",
+                     eta: float | None = None) -> Text:
         text = Text()
         text.append(f"best Comm {fun:.2f} s", style="bold green")
         if self.bound is not None:
             gap = (fun - self.bound) / fun * 100 if fun > 0 else 0.0
             text.append(f"   lower bound {self.bound:.2f} s   gap {gap:.1f}%")
         text.append(f"\n{nit} improvements, {nfev} swaps scored, {elapsed:.1f} s, {phase}")
+        if eta is not None:
+            text.append(f", ETA {eta:.0f} s")
         if done:
             text.append(f"\n{done}", style="bold")
         return text

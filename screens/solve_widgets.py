@@ -11,6 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, Static
 
+from screens.fields import Field
 from solver.workload import Workload
 
 BARS = " ▁▂▃▄▅▆▇█"
@@ -56,7 +57,7 @@ class WorkloadForm(Vertical):
         for key, label, placeholder in FIELDS:
             with Horizontal():
                 yield Label(label)
-                yield Input(placeholder=placeholder, id=f"form-{key}", compact=True)
+                yield Field(placeholder=placeholder, id=f"form-{key}", compact=True)
 
     def fill(self, workload: Workload, seed: int = 0, restarts: int | None = None) -> None:
         if restarts is None:  # the solver's own default, so the form and the CLI agree
