@@ -125,6 +125,7 @@ class HeatmapScreen(ConsoleScreen):
         ("Start sweep", "Measure every pair of the inventory (s)", "start_sweep"),
         ("Cancel sweep", "Stop the sweep and its remote workers (x)", "cancel_sweep"),
     )
+    HELP_WIDGETS = (Heatmap,)
     BINDINGS = [
         Binding("a", "metric('alpha')", "Alpha"),
         Binding("b", "metric('beta')", "Beta"),
