@@ -17,6 +17,7 @@ from screens.statusbar import StatusBar
 from screens.tabs import ScreenTabs
 from screens.heatmap_view import row_order
 from screens.messages import SessionChanged
+from screens.tables import TABLE_BINDINGS, TableFilter, TableTools
 from screens.widgets import StageLocality
 
 #: Typed into a field, clears that label on the marked rows (empty leaves it unchanged).
@@ -48,7 +49,7 @@ class LabelValidator(Validator):
         return self.failure(why) if why else self.success()
 
 
-class LabelsScreen(ConsoleScreen):
+class LabelsScreen(TableTools, ConsoleScreen):
     """Mark rows, type labels, apply: the current solution goes stale at once."""
 
     COMMANDS_ = (
@@ -65,6 +66,7 @@ class LabelsScreen(ConsoleScreen):
         Binding("u", "unmark", "Unmark all"),
         Binding("g", "suggest", "Suggest groups"),
         Binding("z,ctrl+z", "undo", "Undo", key_display="z"),
+        *TABLE_BINDINGS,
     ]
 
     def __init__(self) -> None:
@@ -79,7 +81,9 @@ class LabelsScreen(ConsoleScreen):
     def compose(self) -> ComposeResult:
         yield ScreenTabs()
         with Horizontal(id="labels-body"):
-            yield DataTable(id="labels-table", cursor_type="row", zebra_stripes=True)
+            with Vertical(id="labels-left"):
+                yield DataTable(id="labels-table", cursor_type="row", zebra_stripes=True)
+                yield TableFilter(id="labels-filter")
             with Vertical(id="labels-form"):
                 yield Static("Set on marked rows (empty: unchanged, '-': clear). A whole host marked: set per host; else per GPU (*).")
                 for field in LABEL_FIELDS:
@@ -104,6 +108,8 @@ class LabelsScreen(ConsoleScreen):
         cursor = table.cursor_row
         table.clear()
         self.order = row_order(devices, s.fabric.labels) if s.fabric is not None else []
+        cells = self._row_cells(devices)
+        self.order = self.sort_rows([r for r in self.order if self.keep(cells(r))], cells)
         for row in self.order:
             d = devices[row]
             resolved = s.labels.resolve(d.host, d.gpu)
@@ -127,6 +133,18 @@ class LabelsScreen(ConsoleScreen):
             devices,
             s.is_stale(sol),
         )
+
+    def redraw_table(self) -> None:
+        self.show_session()
+
+    def _row_cells(self, devices):
+        """The plain text of a row's cells (for the filter and the sort)."""
+        def cells(row: int) -> tuple[str, ...]:
+            d = devices[row]
+            return ("●" if row in self.marked else "", d.host, "" if d.gpu is None else str(d.gpu),
+                    d.region or "", d.zone or "", d.network_group or "")
+
+        return cells
 
     def _cursor_device_row(self) -> int | None:
         table = self.query_one(DataTable)

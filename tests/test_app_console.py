@@ -261,3 +261,42 @@ async def test_label_edit_is_undone_and_the_cursor_stays_on_its_row():
         await pilot.press("z")
         await pilot.pause()
         assert app.session.devices()[row].region == "Oregon"
+
+
+async def test_labels_filter_and_sort():
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3")
+        await pilot.pause()
+        screen = app.screen
+        table = screen.query_one(DataTable)
+        await pilot.press("slash")
+        await pilot.press(*"tokyo")
+        await pilot.pause()
+        assert table.row_count == 8
+        assert all(app.session.devices()[r].host.startswith("tokyo") for r in screen.order)
+        await pilot.press("enter")  # back to the table, filter kept
+        await pilot.pause()
+        assert isinstance(app.focused, DataTable) and table.row_count == 8
+        await pilot.press("space")  # marks act on the filtered rows
+        assert app.session.devices()[next(iter(screen.marked))].host.startswith("tokyo")
+        await pilot.press("s", "s")  # sort by host (column 1)
+        await pilot.pause()
+        hosts = [app.session.devices()[r].host for r in screen.order]
+        assert hosts == sorted(hosts)
+        await pilot.click("#labels-table", offset=(12, 0))  # the host header again: reversed
+        await pilot.pause()
+        assert screen.sort_column == 1 and screen.sort_reverse
+
+
+async def test_fleet_filter_keeps_the_selection_on_the_shown_rows():
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("1")
+        await pilot.pause()
+        screen = app.screen
+        await pilot.press("slash", *"seoul-3")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert screen.query_one(DataTable).row_count == 1
+        assert screen._selected().name == "seoul-3"
