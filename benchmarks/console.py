@@ -118,6 +118,30 @@ async def key_press_during_solve() -> tuple[list[float], list[float], float]:
     return idle, busy, cancel
 
 
+async def screen_switches(rounds: int = 5) -> dict[str, list[float]]:
+    """Key press to the new screen drawn and idle, for each screen, on the demo fabric
+    with a solution: the first visit after start-up, then later visits."""
+    from geoconsole.app import SCREENS, create_app
+    from geoconsole.session import demo_session
+
+    out: dict[str, list[float]] = {"first": [], "later": []}
+    app = create_app()
+    app.session = demo_session()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        await until(lambda: all(m in app._screen_stacks for m, _k, _t in SCREENS), timeout=60)
+        for n in range(rounds + 1):
+            for mode, key, _title in SCREENS:
+                if app.current_mode == mode:
+                    continue
+                started = time.perf_counter()
+                await pilot.press(key)
+                await until(lambda: app.current_mode == mode)
+                await pilot.pause()
+                out["first" if n == 0 else "later"].append(time.perf_counter() - started)
+    return out
+
+
 def startup_to_first_frame(timeout: float = 60.0) -> float:
     exe = Path(sys.executable).parent / "geoconsole"
     master, slave = pty.openpty()
@@ -164,6 +188,10 @@ def main() -> None:
     print(f"key press idle: median {ms(statistics.median(idle))}, max {ms(max(idle))}")
     print(f"key press during a 1024-GPU solve: median {ms(statistics.median(busy))}, max {ms(max(busy))}")
     print(f"cancel of the 1024-GPU solve to best-so-far result: {ms(cancel)}")
+    switches = asyncio.run(screen_switches())
+    for kind, times in switches.items():
+        print(f"screen switch ({kind} visit, screens built ahead): median {ms(statistics.median(times))}, "
+              f"max {ms(max(times))} of {len(times)}")
     starts = [startup_to_first_frame() for _ in range(3)]
     print(f"start-up to first frame (geoconsole on a pty): median {ms(statistics.median(starts))} of 3")
 

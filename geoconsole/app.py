@@ -8,9 +8,11 @@ report changes with :class:`~screens.messages.SessionChanged` (messages up).
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Iterable
 
+from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.reactive import reactive
@@ -30,6 +32,11 @@ from screens.solve import SolveScreen
 from screens.tabs import SCREENS
 
 DEFAULT_SESSION_FILE = "geoconsole-session.json"
+#: Seconds after start-up before the other screens are built.
+PREBUILD_AFTER_S = 0.3
+#: Modules the screens import on first use, loaded in a thread after the first frame.
+PRELOAD = ("solver.search", "solver.cost", "solver.bounds", "solver.suggest", "geoconsole.solving",
+           "geoconsole.prepare", "geoconsole.launch.plan")
 
 #: The console's theme: dark, blue accents, and the heatmap's red/green kept for data.
 THEME = Theme(
@@ -95,6 +102,35 @@ class GeoConsoleApp(App[int]):
     def on_mount(self) -> None:
         self.sub_title = self.session.name
         self.switch_mode(self.start_mode)
+        # Later, so that the first frame is on the terminal before the work starts.
+        self.set_timer(PREBUILD_AFTER_S, self.prebuild)
+
+    # -- speed: the first frame first, then everything else ahead of time -------------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="prebuild", description="load modules")
+    def preload_modules(self) -> None:
+        """Import what the other screens need (scipy and the solver: about 0.9 s) off the
+        event loop, so that neither the first frame nor a key waits for it."""
+        import importlib
+
+        for name in PRELOAD:
+            importlib.import_module(name)
+
+    async def prebuild(self) -> None:
+        """Build every screen ahead of time, after the first frame: a switch then only
+        shows a screen that exists. Uses Textual's mode initialisation (``_init_mode``);
+        without it screens are built on their first visit, as before."""
+        init = getattr(self, "_init_mode", None)
+        await self.preload_modules().wait()
+        for mode, _key, _title in SCREENS:
+            if init is None or not self.is_running:
+                return
+            if mode not in self._screen_stacks:
+                await init(mode)
+                # Style it now too, or the first switch restyles the whole app.
+                screen = self._screen_stacks[mode][0]
+                self.stylesheet.update(screen, animate=False)
+                screen._css_update_count = self._css_update_count
+                await asyncio.sleep(0)  # keys and refreshes in between
 
     # -- session -----------------------------------------------------------------
     def on_session_changed(self, message: SessionChanged) -> None:

@@ -49,7 +49,7 @@ class WorkloadForm(Vertical):
     DEFAULT_CSS = """
     WorkloadForm { height: auto; }
     WorkloadForm > Horizontal { height: 1; margin-bottom: 1; }
-    WorkloadForm Label { width: 27; }
+    WorkloadForm Label { width: 27; max-width: 60%; }
     WorkloadForm Input { width: 1fr; }
     """
 
