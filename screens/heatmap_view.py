@@ -121,9 +121,14 @@ class HeatmapLayout:
     groups: list[tuple[str, int, int]]  # (label, first block, block count)
     values: np.ndarray  # (k, k) block means, NaN where nothing measured
     colour: np.ndarray  # (k, k) palette index, -1 unmeasured, -2 self
-    cell: int  # cell size: characters wide, half-lines high
+    cell: int  # cell width in characters
     lo: float
     hi: float
+    #: Cell height in half-lines (0: the same as ``cell``, a square cell).
+    cell_h: int = 0
+
+    def __post_init__(self) -> None:
+        self.cell_h = self.cell_h or self.cell
 
     @property
     def k(self) -> int:
@@ -217,7 +222,8 @@ def build_layout(
     labels = fabric.labels
     order = row_order(devices, labels)
     m = metric_matrix(fabric, workload, metric)
-    if cell > 0:
+    zoomed = cell > 0
+    if zoomed:
         level = "device"
         blocks, names = _blocks(order, devices, labels, level)
     else:
@@ -246,7 +252,10 @@ def build_layout(
             groups[-1] = (g, groups[-1][1], groups[-1][2] + 1)
         else:
             groups.append((g, b, 1))
-    return HeatmapLayout(level, blocks, names, groups, values, colour, cell, lo, hi)
+    cell_h = cell
+    if not zoomed:  # fill the width too: cells up to three times wider than high
+        cell = min(max(cell, width // len(blocks)), 3 * cell, 16)
+    return HeatmapLayout(level, blocks, names, groups, values, colour, cell, lo, hi, cell_h)
 
 
 class Heatmap(Widget, can_focus=True):
@@ -371,7 +380,7 @@ class Heatmap(Widget, can_focus=True):
         if lay is None:
             return 0, 0
         width, height = self._space()
-        return max(min(lay.k, (2 * height) // lay.cell), 1), max(min(lay.k, width // lay.cell), 1)
+        return max(min(lay.k, (2 * height) // lay.cell_h), 1), max(min(lay.k, width // lay.cell), 1)
 
     def _follow(self) -> None:
         """Move the window so that the cursor is inside it."""
@@ -387,7 +396,7 @@ class Heatmap(Widget, can_focus=True):
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         if self.layout_ is None:
             return 1
-        return HEADER_LINES + math.ceil(self.layout_.k * self.layout_.cell / 2)
+        return HEADER_LINES + math.ceil(self.layout_.k * self.layout_.cell_h / 2)
 
     # -- cursor, zoom, pan ------------------------------------------------------------
     def action_move(self, dr: int, dc: int) -> None:
@@ -432,7 +441,7 @@ class Heatmap(Widget, can_focus=True):
         x, y = offset.x - self.label_width, offset.y - HEADER_LINES
         if x < 0 or y < 0:
             return
-        r, c = self.view[0] + (2 * y) // lay.cell, self.view[1] + x // lay.cell
+        r, c = self.view[0] + (2 * y) // lay.cell_h, self.view[1] + x // lay.cell
         if r < lay.k and c < lay.k:
             self.cursor = (r, c)
 
@@ -497,7 +506,7 @@ class Heatmap(Widget, can_focus=True):
         if y < HEADER_LINES:
             return Strip(self._header(y, gutter, lay, cols))
         h0 = 2 * (y - HEADER_LINES)
-        r0, r1 = vr + h0 // lay.cell, vr + (h0 + 1) // lay.cell
+        r0, r1 = vr + h0 // lay.cell_h, vr + (h0 + 1) // lay.cell_h
         if r0 >= min(vr + nr, lay.k):
             return Strip([])
         if r1 >= vr + nr:
@@ -505,8 +514,9 @@ class Heatmap(Widget, can_focus=True):
         segments = [self._gutter_segment(y - HEADER_LINES, r0, r1, gutter, lay)]
         top = self._row_indices(r0, cols)
         if r0 == r1:  # a cell at least one line high: glyphs and values are possible
-            in_block = h0 // 2 - ((r0 - vr) * lay.cell) // 2
-            segments.extend(self._full_line(r0, top, cols, in_block == max(lay.cell // 2 - 1, 0) // 2))
+            in_block = h0 // 2 - ((r0 - vr) * lay.cell_h) // 2
+            middle = lay.cell_h % 2 == 0 and in_block == max(lay.cell_h // 2 - 1, 0) // 2  # odd heights straddle lines
+            segments.extend(self._full_line(r0, top, cols, middle))
             return Strip(segments)
         bottom = self._row_indices(r1, cols)
         pairs = np.stack([top, bottom], axis=1)
@@ -543,11 +553,11 @@ class Heatmap(Widget, can_focus=True):
         vr = self.view[0]
         for g, first, count in lay.groups:
             start = max(first, vr)
-            if start < first + count and ((start - vr) * lay.cell) // 2 == line:
+            if start < first + count and ((start - vr) * lay.cell_h) // 2 == line:
                 name = g
-        if lay.level == "device" and lay.cell >= 4 and r0 == r1 and not name:
+        if lay.level == "device" and lay.cell_h >= 4 and r0 == r1 and not name:
             # Zoomed in: each row is tall enough to carry its device's name.
-            in_block = line - ((r0 - vr) * lay.cell) // 2
+            in_block = line - ((r0 - vr) * lay.cell_h) // 2
             if in_block == 1:
                 name = self.devices[int(lay.blocks[r0][0])].name
         marker = "▶" if self.cursor[0] in (r0, r1) else " "

@@ -27,7 +27,7 @@ from screens.base import ConsoleScreen
 from screens.statusbar import StatusBar, solve_eta, solve_running
 from screens.tabs import ScreenTabs
 from screens.messages import Activity, SessionChanged
-from screens.solve_widgets import Histogram, SolveOptions, WorkloadForm
+from screens.solve_widgets import Histogram, SolveOptions, WorkloadForm, sparkline_data
 
 #: Seconds between progress messages; the solver may call back far more often.
 PROGRESS_INTERVAL_S = 0.1
@@ -221,10 +221,11 @@ class SolveScreen(ConsoleScreen):
         if not self.running:
             return
         self.history.append(message.fun)
-        self.query_one(Sparkline).data = self.history[-200:]
+        data, flat = sparkline_data(self.history[-200:])
+        self.query_one(Sparkline).data = data
         bound = f", lower bound {self.bound:.2f} s" if self.bound is not None else ""
         self.query_one("#solve-axis", Static).update(
-            f"best Comm so far: {self.history[0]:.2f} s -> {message.fun:.2f} s{bound}"
+            f"best Comm so far: {self.history[0]:.2f} s -> {message.fun:.2f} s{flat}{bound}"
         )
         eta = solve_eta(message.elapsed_s, message.nfev, self.options.time_limit, self.options.budget)
         self.query_one("#solve-status", Static).update(self._status_text(
@@ -264,10 +265,11 @@ class SolveScreen(ConsoleScreen):
     def _show_solution(self, sol: Solution) -> None:
         self.bound = sol.bound
         values = [v for _t, v in sol.history] or [sol.fun]
-        self.query_one(Sparkline).data = values
+        data, flat = sparkline_data(values)
+        self.query_one(Sparkline).data = data
         bound = f", lower bound {sol.bound:.2f} s" if sol.bound is not None else ""
         self.query_one("#solve-axis", Static).update(
-            f"best Comm over {sol.elapsed_s:.1f} s: {values[0]:.2f} s -> {values[-1]:.2f} s{bound}"
+            f"best Comm over {sol.elapsed_s:.1f} s: {values[0]:.2f} s -> {values[-1]:.2f} s{flat}{bound}"
         )
         stale = "   STALE: labels or fabric changed since" if self.session.is_stale(sol) else ""
         self.query_one("#solve-status", Static).update(self._status_text(

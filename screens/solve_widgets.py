@@ -107,6 +107,14 @@ class WorkloadForm(Vertical):
         return SolveOptions(workload, number("seed", int), budget, time_limit, restarts)
 
 
+def sparkline_data(values: list[float]) -> tuple[list[float], str]:
+    """The best-Comm chart's data and a note for its axis line. A best that never moved
+    would draw as a solid block of full bars: draw nothing and say so instead."""
+    if len(values) < 2 or max(values) - min(values) <= 1e-9 * max(abs(max(values)), 1.0):
+        return [], " (unchanged during the run)"
+    return values, ""
+
+
 class Histogram(Static):
     """Random-placement distributions as bar rows on one axis, the solution marked."""
 

@@ -300,3 +300,10 @@ async def test_fleet_filter_keeps_the_selection_on_the_shown_rows():
         await pilot.pause()
         assert screen.query_one(DataTable).row_count == 1
         assert screen._selected().name == "seoul-3"
+
+
+def test_a_best_that_never_moved_draws_no_solid_block():
+    from screens.solve_widgets import sparkline_data
+
+    assert sparkline_data([5.0, 5.0, 5.0]) == ([], " (unchanged during the run)")
+    assert sparkline_data([6.0, 5.0]) == ([6.0, 5.0], "")
