@@ -89,21 +89,26 @@ class GeoConsoleApp(App[int]):
     dirty: reactive[bool] = reactive(False)
     """The session changed since it was loaded or saved: quit and load ask first."""
 
-    def __init__(self, session: Session, *, clock: Clock | None = None, start: str = "fabric") -> None:
+    def __init__(self, session: Session, *, clock: Clock | None = None, start: str = "fabric",
+                 prebuild: bool = True) -> None:
         super().__init__()
         self.register_theme(THEME)
         self.theme = THEME.name
         self.session = session
         self.clock: Clock = clock or utc_now
         self.start_mode = start
+        #: Build the other screens in the background after the first frame (tests that
+        #: drive keys from the first instant turn it off: background work makes timing vary).
+        self.prebuild_screens = prebuild
         #: The latest status-bar line of each piece of background work ('solve', 'sweep', 'hosts').
         self.activity: dict[str, object] = {}
 
     def on_mount(self) -> None:
         self.sub_title = self.session.name
         self.switch_mode(self.start_mode)
-        # Later, so that the first frame is on the terminal before the work starts.
-        self.set_timer(PREBUILD_AFTER_S, self.prebuild)
+        if self.prebuild_screens:
+            # Later, so that the first frame is on the terminal before the work starts.
+            self.set_timer(PREBUILD_AFTER_S, self.prebuild)
 
     # -- speed: the first frame first, then everything else ahead of time -------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="prebuild", description="load modules")
@@ -243,6 +248,7 @@ def create_app(
     *,
     demo: str = "worldwide",
     clock: Clock | None = None,
+    prebuild: bool = True,
 ) -> GeoConsoleApp:
     """Build the console: from a saved session, an inventory, or the built-in demo.
 
@@ -258,4 +264,4 @@ def create_app(
         start = "fleet"
     else:
         state = demo_session(demo)
-    return GeoConsoleApp(state, clock=clock, start=start)
+    return GeoConsoleApp(state, clock=clock, start=start, prebuild=prebuild)

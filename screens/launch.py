@@ -24,6 +24,7 @@ from screens.fields import Field
 from screens.statusbar import StatusBar
 from screens.tabs import ScreenTabs
 from screens.dialogs import ConfirmDialog
+from screens.widgets import warning_style
 
 DEFAULT_COMMAND = "train.py"
 MODES = ("torchrun", "env")
@@ -108,7 +109,7 @@ class LaunchScreen(ConsoleScreen):
         text = Text()
         text.append(f"Plan for {sol.name}", style="bold")
         if s.is_stale(sol):
-            text.append("  STALE: labels or fabric changed since this solution", style="bold yellow")
+            text.append("  STALE: labels or fabric changed since this solution", style=warning_style(self.app))
         text.append(f"\nmaster {plan.master_host} ({plan.master_addr}:{plan.master_port}), "
                     f"{plan.world_size} ranks on {len(plan.by_host())} hosts, mode {plan.mode} (m), {plan.backend}")
         if s.inventory:

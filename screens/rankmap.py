@@ -19,7 +19,7 @@ from screens.base import ConsoleScreen
 from screens.statusbar import StatusBar
 from screens.tabs import ScreenTabs
 from screens.dialogs import PathDialog
-from screens.widgets import StageLocality, grid_rows, region_colours
+from screens.widgets import StageLocality, grid_rows, region_colours, warning_style
 from solver.fabric import Device, write_atomic
 
 
@@ -141,7 +141,7 @@ class RankMapScreen(ConsoleScreen):
         text.append(f"{devices[worst].name}", style="bold red")
         text.append(f" ({devices[worst].region or 'unlabelled'})")
         if stale:
-            text.append("\nSTALE: labels or fabric changed since this solution; solve again.", style="bold yellow")
+            text.append("\nSTALE: labels or fabric changed since this solution; solve again.", style=warning_style(self.app))
         return text
 
     def _grid(self, sol: Solution, devices, hot: set[int], against: np.ndarray | None, title: str,

@@ -54,6 +54,7 @@ class StatusBar(Static):
     def on_mount(self) -> None:
         self.watch(self.app, "activity_rev", self._redraw, init=False)
         self.watch(self.app, "revision", self._redraw, init=True)
+        self.watch(self.app, "theme", self._redraw, init=False)
 
     def _redraw(self, _value: int = 0) -> None:
         self.update(self.line())
@@ -64,7 +65,7 @@ class StatusBar(Static):
         activity: dict = getattr(app, "activity", {})
         parts: list[Text] = []
         colours = app.get_css_variables()  # the theme's colours: Rich styles know no $names
-        warning, accent = colours.get("warning", "yellow"), colours.get("accent", "cyan")
+        warning, accent = colours.get("text-warning", "yellow"), colours.get("text-accent", "cyan")
         if "solve" not in activity and session.current is not None:
             sol = session.current
             if session.is_stale(sol):

@@ -307,3 +307,20 @@ def test_a_best_that_never_moved_draws_no_solid_block():
 
     assert sparkline_data([5.0, 5.0, 5.0]) == ([], " (unchanged during the run)")
     assert sparkline_data([6.0, 5.0]) == ([6.0, 5.0], "")
+
+
+async def test_screens_are_built_ahead_and_switching_shows_them():
+    from support import wait_until
+
+    from geoconsole.app import SCREENS
+
+    app = demo_app(prebuild=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(lambda: all(m in app._screen_stacks for m, _k, _t in SCREENS))
+        await pilot.pause()
+        assert app.current_mode == "fabric"  # building them did not switch the display
+        for mode, key, _title in SCREENS:
+            await pilot.press(key)
+            await pilot.pause()
+            assert app.current_mode == mode
+            assert app.screen.query_one(ScreenTabs).mode == mode
