@@ -324,3 +324,27 @@ async def test_screens_are_built_ahead_and_switching_shows_them():
             await pilot.pause()
             assert app.current_mode == mode
             assert app.screen.query_one(ScreenTabs).mode == mode
+
+
+def test_host_counts_for_the_status_bar():
+    from screens.fleet import host_counts
+
+    assert host_counts({"connected": 3, "failed": 1}) == "hosts 3/4 connected, 1 failed"
+    assert host_counts({"not connected": 2, "connecting": 2}) == "hosts 0/4 connected, 2 connecting"
+
+
+async def test_status_bar_counts_failed_hosts_on_every_screen(tmp_path):
+    from support import wait_until
+
+    inventory = tmp_path / "hosts.toml"  # port 1 on loopback refuses at once
+    inventory.write_text('[[hosts]]\nname = "dead-1"\naddress = "127.0.0.1"\nport = 1\nuser = "nobody"\n')
+    app = demo_app(inventory=inventory)
+    app.session.known_hosts = str(tmp_path / "known_hosts")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("c")
+        await wait_until(lambda: "1 failed" in bar(app), timeout=20)
+        assert "hosts 0/1 connected, 1 failed" in bar(app)
+        await pilot.press("3")
+        await pilot.pause()
+        assert "hosts 0/1 connected, 1 failed" in bar(app)
