@@ -16,7 +16,7 @@ import numpy as np
 from rich.segment import Segment
 from rich.style import Style
 from textual.binding import Binding
-from textual.events import Click
+from textual.events import Click, MouseEvent, MouseMove
 from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
@@ -431,19 +431,34 @@ class Heatmap(Widget, can_focus=True):
         self.refresh()
         self.post_message(self.CursorMoved(self))
 
-    def on_click(self, event: Click) -> None:
+    def _cell_at(self, event: MouseEvent) -> tuple[int, int] | None:
+        """The (row, column) block under the mouse, or None off the map."""
         lay = self.layout_
-        if lay is None:
-            return
-        offset = event.get_content_offset(self)  # relative to the content, inside padding
+        offset = event.get_content_offset(self) if lay is not None else None  # inside padding
         if offset is None:
-            return
+            return None
         x, y = offset.x - self.label_width, offset.y - HEADER_LINES
         if x < 0 or y < 0:
-            return
+            return None
         r, c = self.view[0] + (2 * y) // lay.cell_h, self.view[1] + x // lay.cell
-        if r < lay.k and c < lay.k:
-            self.cursor = (r, c)
+        return (r, c) if r < lay.k and c < lay.k else None
+
+    def on_click(self, event: Click) -> None:
+        cell = self._cell_at(event)
+        if cell is not None:
+            self.cursor = cell
+
+    def on_mouse_move(self, event: MouseMove) -> None:
+        """Hovering a cell names its pair in full (the columns have room for a few letters)."""
+        cell = self._cell_at(event)
+        if cell is None:
+            self.tooltip = None
+            return
+        lay = self.layout_
+        r, c = cell
+        names = [self.devices[int(lay.blocks[b][0])].name if lay.level == "device" else lay.names[b] for b in (r, c)]
+        value = cell_value(float(lay.values[r, c]))
+        self.tooltip = f"{names[0]} -> {names[1]}" + (f": {value}" if value else "")
 
     def cursor_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """Fabric rows under the cursor: (sending rows, receiving rows)."""

@@ -151,3 +151,17 @@ async def test_details_show_the_new_region_after_a_relabel():
         await pilot.pause()
         details = str(app.screen.query_one("#pair-details").render())
         assert "oregon-0:0 (Virginia)" in details
+
+
+async def test_hovering_a_cell_names_the_pair_in_full():
+    from support import demo_app
+
+    from screens.heatmap_view import Heatmap
+
+    app = demo_app()
+    async with app.run_test(size=(120, 45)) as pilot:
+        await pilot.pause()
+        heatmap = app.screen.query_one(Heatmap)
+        await pilot.hover(Heatmap, offset=(1 + heatmap.label_width + 10, 2 + 3))
+        await pilot.pause()
+        assert heatmap.tooltip == "oregon-6:0 -> virginia-2:0: 67"
