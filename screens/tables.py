@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Sequence, TypeVar
 
+from rich.text import Text
 from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable, Input
@@ -110,10 +111,13 @@ class TableTools:
         if self.sort_column is None:
             words = "original order"
         else:
-            label = list(table.columns.values())[self.sort_column].label.plain or "mark"
+            label = list(table.columns.values())[self.sort_column].label.plain.rstrip(" ▲▼") or "mark"
             words = f"sorted by {label}{' (reversed)' if self.sort_reverse else ''}"
         self.notify(words, timeout=2)  # type: ignore[attr-defined]
-        self.redraw_table()
+        for i, column in enumerate(table.columns.values()):  # ▲ / ▼ after the sorted header
+            arrow = (" ▼" if self.sort_reverse else " ▲") if i == self.sort_column else ""
+            column.label = Text(column.label.plain.rstrip(" ▲▼") + arrow)
+        self.redraw_table()  # clears the table's render caches: the new headers show
 
 
 def _is_number(text: str) -> bool:

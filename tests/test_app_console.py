@@ -284,6 +284,7 @@ async def test_labels_filter_and_sort():
         await pilot.pause()
         hosts = [app.session.devices()[r].host for r in screen.order]
         assert hosts == sorted(hosts)
+        assert [c.label.plain for c in table.columns.values()][1] == "host ▲"
         await pilot.click("#labels-table", offset=(12, 0))  # the host header again: reversed
         await pilot.pause()
         assert screen.sort_column == 1 and screen.sort_reverse
