@@ -118,6 +118,42 @@ async def key_press_during_solve() -> tuple[list[float], list[float], float]:
     return idle, busy, cancel
 
 
+async def screen_switches(rounds: int = 5) -> dict[str, list[float]]:
+    """Key press to the first frame of the new screen written to the terminal driver, and
+    to the app idle again, for each screen on the demo fabric with a solution, after the
+    screens were built ahead."""
+    from geoconsole.app import SCREENS, create_app
+    from geoconsole.session import demo_session
+
+    out: dict[str, list[float]] = {"first frame": [], "idle": []}
+    app = create_app()
+    app.session = demo_session()
+    frames: list[tuple[float, object]] = []
+    display = app._display
+
+    def recording_display(screen, renderable) -> None:  # every frame goes through here
+        frames.append((time.perf_counter(), screen))
+        display(screen, renderable)
+
+    app._display = recording_display
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        await until(lambda: all(m in app._screen_stacks for m, _k, _t in SCREENS), timeout=60)
+        await pilot.pause()
+        for _ in range(rounds):
+            for mode, key, _title in SCREENS:
+                if app.current_mode == mode:
+                    continue
+                frames.clear()
+                started = time.perf_counter()
+                app.simulate_key(key)
+                await until(lambda: app.current_mode == mode and any(s is app.screen for _t, s in frames))
+                out["first frame"].append(next(t for t, s in frames if s is app.screen) - started)
+                await pilot.pause()
+                out["idle"].append(time.perf_counter() - started)
+    return out
+
+
 def startup_to_first_frame(timeout: float = 60.0) -> float:
     exe = Path(sys.executable).parent / "geoconsole"
     master, slave = pty.openpty()
@@ -164,6 +200,10 @@ def main() -> None:
     print(f"key press idle: median {ms(statistics.median(idle))}, max {ms(max(idle))}")
     print(f"key press during a 1024-GPU solve: median {ms(statistics.median(busy))}, max {ms(max(busy))}")
     print(f"cancel of the 1024-GPU solve to best-so-far result: {ms(cancel)}")
+    switches = asyncio.run(screen_switches())
+    for kind, times in switches.items():
+        print(f"screen switch, key to {kind} (160x48, screens built ahead): median "
+              f"{ms(statistics.median(times))}, max {ms(max(times))} of {len(times)}")
     starts = [startup_to_first_frame() for _ in range(3)]
     print(f"start-up to first frame (geoconsole on a pty): median {ms(statistics.median(starts))} of 3")
 

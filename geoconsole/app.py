@@ -8,9 +8,11 @@ report changes with :class:`~screens.messages.SessionChanged` (messages up).
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Iterable
 
+from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.reactive import reactive
@@ -18,17 +20,23 @@ from textual.screen import Screen
 from textual.theme import Theme
 
 from geoconsole.session import Clock, Session, SessionError, demo_session, load_session, utc_now
-from screens.dialogs import PathDialog
+from screens.dialogs import ConfirmDialog, PathDialog
 from screens.fleet import FleetScreen
 from screens.heatmap import HeatmapScreen
 from screens.help import HelpScreen
 from screens.labels import LabelsScreen
 from screens.launch import LaunchScreen
-from screens.messages import SessionChanged
+from screens.messages import Activity, SessionChanged
 from screens.rankmap import RankMapScreen
 from screens.solve import SolveScreen
+from screens.tabs import SCREENS
 
 DEFAULT_SESSION_FILE = "geoconsole-session.json"
+#: Seconds after start-up before the other screens are built.
+PREBUILD_AFTER_S = 0.3
+#: Modules the screens import on first use, loaded in a thread after the first frame.
+PRELOAD = ("solver.search", "solver.cost", "solver.bounds", "solver.suggest", "geoconsole.solving",
+           "geoconsole.prepare", "geoconsole.launch.plan")
 
 #: The console's theme: dark, blue accents, and the heatmap's red/green kept for data.
 THEME = Theme(
@@ -46,15 +54,7 @@ THEME = Theme(
     dark=True,
 )
 
-#: (mode, key, title) of each screen, in the order of the flow.
-SCREENS = (
-    ("fleet", "1", "Fleet"),
-    ("fabric", "2", "Fabric"),
-    ("labels", "3", "Labels"),
-    ("solve", "4", "Solve"),
-    ("rankmap", "5", "Rank map"),
-    ("launch", "6", "Launch"),
-)
+__all__ = ["SCREENS", "GeoConsoleApp", "create_app"]
 
 
 class GeoConsoleApp(App[int]):
@@ -74,6 +74,8 @@ class GeoConsoleApp(App[int]):
         *(Binding(key, f"show('{mode}')", title, show=False) for mode, key, title in SCREENS),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("ctrl+s", "save", "Save"),
+        # Most terminals cannot send ctrl+shift+s; F2 is the key that always arrives.
+        Binding("f2,ctrl+shift+s", "save_as", "Save as", key_display="F2", show=False),
         Binding("ctrl+o", "load", "Load", show=False),
         Binding("q", "quit", "Quit"),
     ]
@@ -81,37 +83,119 @@ class GeoConsoleApp(App[int]):
     revision: reactive[int] = reactive(0)
     """Bumped after every change to the session; screens redraw when it moves."""
 
-    def __init__(self, session: Session, *, clock: Clock | None = None, start: str = "fabric") -> None:
+    activity_rev: reactive[int] = reactive(0)
+    """Bumped when the background work in :attr:`activity` changes; status bars redraw."""
+
+    dirty: reactive[bool] = reactive(False)
+    """The session changed since it was loaded or saved: quit and load ask first."""
+
+    def __init__(self, session: Session, *, clock: Clock | None = None, start: str = "fabric",
+                 prebuild: bool = True) -> None:
         super().__init__()
         self.register_theme(THEME)
         self.theme = THEME.name
         self.session = session
         self.clock: Clock = clock or utc_now
         self.start_mode = start
+        #: Build the other screens in the background after the first frame (tests that
+        #: drive keys from the first instant turn it off: background work makes timing vary).
+        self.prebuild_screens = prebuild
+        #: The latest status-bar line of each piece of background work ('solve', 'sweep', 'hosts').
+        self.activity: dict[str, object] = {}
 
     def on_mount(self) -> None:
         self.sub_title = self.session.name
         self.switch_mode(self.start_mode)
+        if self.prebuild_screens:
+            # Later, so that the first frame is on the terminal before the work starts.
+            self.set_timer(PREBUILD_AFTER_S, self.prebuild)
+
+    # -- speed: the first frame first, then everything else ahead of time -------------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="prebuild", description="load modules")
+    def preload_modules(self) -> None:
+        """Import what the other screens need (scipy and the solver: about 0.9 s) off the
+        event loop, so that neither the first frame nor a key waits for it."""
+        import importlib
+
+        for name in PRELOAD:
+            importlib.import_module(name)
+
+    async def prebuild(self) -> None:
+        """Build every screen ahead of time, after the first frame: a switch then only
+        shows a screen that exists. Uses Textual's mode initialisation (``_init_mode``);
+        without it screens are built on their first visit, as before."""
+        init = getattr(self, "_init_mode", None)
+        await self.preload_modules().wait()
+        for mode, _key, _title in SCREENS:
+            if init is None or not self.is_running:
+                return
+            if mode not in self._screen_stacks:
+                await init(mode)
+                # Style it now too, or the first switch restyles the whole app.
+                screen = self._screen_stacks[mode][0]
+                self.stylesheet.update(screen, animate=False)
+                screen._css_update_count = self._css_update_count
+                await asyncio.sleep(0)  # keys and refreshes in between
 
     # -- session -----------------------------------------------------------------
     def on_session_changed(self, message: SessionChanged) -> None:
+        self.dirty = message.dirty
         self.revision += 1
         self.sub_title = f"{self.session.name} — {message.reason}"
 
+    def on_activity(self, message: Activity) -> None:
+        if message.text is None:
+            self.activity.pop(message.key, None)
+        else:
+            self.activity[message.key] = message.text
+        self.activity_rev += 1
+
     def replace_session(self, session: Session) -> None:
         self.session = session
-        self.post_message(SessionChanged(f"loaded {session.path or session.name}"))
+        self.post_message(SessionChanged(f"loaded {session.path or session.name}", dirty=False))
 
     def action_save(self) -> None:
-        path = self.session.path or Path(DEFAULT_SESSION_FILE)
+        if self.session.path is None:
+            self.action_save_as()
+            return
+        self._save_to(self.session.path)
+
+    def action_save_as(self) -> None:
+        def save(path: str | None) -> None:
+            if path:
+                self._save_to(Path(path).expanduser())
+
+        default = str(self.session.path or DEFAULT_SESSION_FILE)
+        self.push_screen(PathDialog("Save session as", default), save)
+
+    def _save_to(self, path: Path) -> None:
         try:
             written = self.session.save(path)
         except (OSError, ValueError) as exc:  # FileError: a folder, FIFO or device
             self.notify(" ".join(str(exc).split()), severity="error")
             return
+        self.dirty = False
+        self.activity_rev += 1
         self.notify(f"session saved to {written}")
 
+    def _confirm_discard(self, what: str, then) -> None:
+        """Run ``then`` now when nothing is unsaved, else after the operator says yes."""
+        if not self.dirty:
+            then()
+            return
+        if isinstance(self.screen, ConfirmDialog):
+            return
+        body = "The session has changes that are not saved.\nctrl+s or F2 (save as) keeps them; y discards them."
+        self.push_screen(ConfirmDialog(f"{what} without saving?", body, yes=what),
+                         lambda yes: then() if yes else None)
+
+    async def action_quit(self) -> None:
+        self._confirm_discard("Quit", self.exit)
+
     def action_load(self) -> None:
+        self._confirm_discard("Load", self._ask_load)
+
+    def _ask_load(self) -> None:
         def load(path: str | None) -> None:
             if not path:
                 return
@@ -137,10 +221,25 @@ class GeoConsoleApp(App[int]):
         for mode, key, title in SCREENS:
             yield SystemCommand(f"Show {title}", f"Switch to the {title} screen ({key})", lambda m=mode: self.action_show(m))
         yield SystemCommand("Save session", "Write the session JSON atomically (ctrl+s)", self.action_save)
+        yield SystemCommand("Save session as", "Write the session to a path you choose (F2)", self.action_save_as)
         yield SystemCommand("Load session", "Open a saved session (ctrl+o)", self.action_load)
         yield SystemCommand("Help", "Keys of every screen (?)", self.action_help)
-        for title, help_text, action in getattr(screen, "COMMANDS_", ()):
-            yield SystemCommand(title, help_text, getattr(screen, f"action_{action}"))
+        # Every screen's actions, from any screen: switch there first, then run it.
+        titles = dict((m, t) for m, _k, t in SCREENS)
+        for mode, screen_class in self.MODES.items():
+            here = isinstance(screen, screen_class)
+            for title, help_text, action in getattr(screen_class, "COMMANDS_", ()):
+                where = "" if here else f" [{titles[mode]}]"
+                yield SystemCommand(f"{title}{where}", help_text, lambda m=mode, a=action: self.run_on(m, a))
+
+    def run_on(self, mode: str, action: str) -> None:
+        """Run screen action ``action`` on the screen of ``mode`` (switching to it first)."""
+        async def go() -> None:
+            if self.current_mode != mode:
+                await self.switch_mode(mode)
+            await self.screen.run_action(action)
+
+        self.call_later(go)
 
 
 def create_app(
@@ -149,6 +248,7 @@ def create_app(
     *,
     demo: str = "worldwide",
     clock: Clock | None = None,
+    prebuild: bool = True,
 ) -> GeoConsoleApp:
     """Build the console: from a saved session, an inventory, or the built-in demo.
 
@@ -164,4 +264,4 @@ def create_app(
         start = "fleet"
     else:
         state = demo_session(demo)
-    return GeoConsoleApp(state, clock=clock, start=start)
+    return GeoConsoleApp(state, clock=clock, start=start, prebuild=prebuild)

@@ -17,6 +17,8 @@ class ConsoleScreen(Screen):
     def on_mount(self) -> None:
         # The app bumps `revision` after every session change; each screen redraws itself.
         self.watch(self.app, "revision", self._on_revision, init=True)
+        # Colours taken from the theme (warnings, the heatmap's cursor) follow a theme switch.
+        self.watch(self.app, "theme", self._on_revision, init=False)
 
     @property
     def session(self) -> "Session":

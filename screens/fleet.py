@@ -16,10 +16,14 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Static
 
 from geoconsole.session import Session
 from screens.base import ConsoleScreen
+from screens.messages import Activity
+from screens.tables import TABLE_BINDINGS, TableFilter, TableTools
+from screens.statusbar import StatusBar
+from screens.tabs import ScreenTabs
 from screens.dialogs import ConfirmDialog
 from solver.workload import DTFM_WORKLOAD
 
@@ -59,18 +63,30 @@ def session_for_inventory(path: Path) -> Session:
     return Session(fabric=None, workload=DTFM_WORKLOAD, inventory=str(path), name=f"fleet {path.name}")
 
 
+def _cells(r: HostRow) -> tuple[str, ...]:
+    return (r.name, r.address, r.state, r.gpus, r.versions, r.labels, r.error)
+
+
+def host_counts(states: dict[str, int]) -> str:
+    """'hosts 3/4 connected, 1 failed' for the status bar."""
+    total = sum(states.values())
+    words = [f"{states[s]} {s}" for s in ("connecting", "failed", "new host key") if states.get(s)]
+    return ", ".join([f"hosts {states.get('connected', 0)}/{total} connected", *words])
+
+
 def _labels(obj: Any) -> str:
     parts = [getattr(obj, k, None) for k in ("region", "zone", "network_group")]
     return " / ".join(p or "-" for p in parts)
 
 
-class FleetScreen(ConsoleScreen):
+class FleetScreen(TableTools, ConsoleScreen):
     """Hosts of the inventory (or of the demo fabric) and their state."""
 
     BINDINGS = [
         Binding("c", "connect_all", "Connect"),
         Binding("r", "retry", "Retry host"),
         Binding("k", "accept_key", "Accept key"),
+        *TABLE_BINDINGS,
     ]
     COMMANDS_ = (
         ("Connect all hosts", "Open SSH to every inventory host and discover GPUs", "connect_all"),
@@ -88,10 +104,12 @@ class FleetScreen(ConsoleScreen):
         self._inventory_path: str | None = None
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield ScreenTabs()
         yield Static(id="fleet-summary")
         yield DataTable(id="fleet-table", cursor_type="row", zebra_stripes=True)
+        yield TableFilter(id="fleet-filter")
         yield Static(id="fleet-details", classes="details")
+        yield StatusBar()
         yield Footer()
 
     def on_mount(self) -> None:
@@ -130,13 +148,13 @@ class FleetScreen(ConsoleScreen):
         table = self.query_one(DataTable)
         cursor = table.cursor_row
         table.clear()
-        for r in self.fleet.rows.values():
+        for r in self.shown_rows():
             table.add_row(
                 r.name, r.address, Text(r.state, style=STATE_STYLES.get(r.state, "")), r.gpus,
                 r.versions, r.labels, Text(r.error, style="red"), key=r.name,
             )
-        if self.fleet.rows:
-            table.move_cursor(row=min(cursor, len(self.fleet.rows) - 1))
+        if table.row_count:
+            table.move_cursor(row=min(cursor, table.row_count - 1))
         states: dict[str, int] = {}
         for r in self.fleet.rows.values():
             states[r.state] = states.get(r.state, 0) + 1
@@ -144,7 +162,16 @@ class FleetScreen(ConsoleScreen):
         counts = ", ".join(f"{n} {state}" for state, n in states.items()) or "no hosts"
         total = len(self.fleet.rows)
         self.query_one("#fleet-summary", Static).update(f"{total} host{'s' if total != 1 else ''} from {where}: {counts}")
+        if self.session.inventory:
+            self.post_message(Activity("hosts", host_counts(states)))
         self._details()
+
+    def redraw_table(self) -> None:
+        self._redraw()
+
+    def shown_rows(self) -> list[HostRow]:
+        """The rows the filter keeps, in the chosen order."""
+        return self.sort_rows([r for r in self.fleet.rows.values() if self.keep(_cells(r))], _cells)
 
     def on_data_table_row_highlighted(self) -> None:
         self._details()
@@ -166,9 +193,9 @@ class FleetScreen(ConsoleScreen):
         self._redraw()
 
     def _selected(self) -> HostRow | None:
-        if not self.fleet.rows:
-            return None
-        return list(self.fleet.rows.values())[self.query_one(DataTable).cursor_row]
+        shown = self.shown_rows()
+        row = self.query_one(DataTable).cursor_row
+        return shown[row] if 0 <= row < len(shown) else None
 
     # -- actions -----------------------------------------------------------------
     def action_connect_all(self) -> None:

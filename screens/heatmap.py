@@ -10,12 +10,15 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import Footer, Header, ProgressBar, Static
+from textual.widgets import Footer, ProgressBar, Static
 
 from screens.base import ConsoleScreen
-from screens.messages import SessionChanged
+from screens.statusbar import StatusBar
+from screens.tabs import ScreenTabs
+from screens.messages import Activity, SessionChanged
 from screens.heatmap_view import (
-    ESTIMATED_OFFSET, ESTIMATED_PALETTE, METRIC_TITLES, METRICS, PALETTE, SELF, UNMEASURED, Heatmap,
+    ESTIMATED_GLYPH, ESTIMATED_OFFSET, METRIC_TITLES, METRICS, PALETTES, SELF, UNMEASURED, UNMEASURED_GLYPH,
+    Heatmap, faded,
 )
 from solver.fabric import Fabric
 from solver.workload import Workload
@@ -35,13 +38,21 @@ def _extra(fabric: Fabric, key: str, i: int, j: int) -> Any:
         return None
 
 
+def _where(fabric: Fabric, i: int) -> str:
+    """A device's full name and its current labels (a relabel shows at once)."""
+    d = fabric.devices[i] if fabric.devices is not None else None
+    if d is None:
+        return f"{fabric.device_name(i)} ({fabric.labels[i]})"
+    labels = " / ".join(x for x in (d.region, d.zone, d.network_group) if x) or "unlabelled"
+    return f"{d.name} ({labels})"
+
+
 def describe_pair(fabric: Fabric, workload: Workload, i: int, j: int) -> Text:
     """What the operator needs about one directional pair, on three lines."""
-    name = fabric.device_name
     text = Text()
-    text.append(f"{name(i)} ({fabric.labels[i]})", style="bold")
+    text.append(_where(fabric, i), style="bold")
     text.append("  ->  ")
-    text.append(f"{name(j)} ({fabric.labels[j]})\n", style="bold")
+    text.append(_where(fabric, j) + "\n", style="bold")
     if i == j:
         text.append("same device")
         return text
@@ -89,27 +100,30 @@ def describe_blocks(fabric: Fabric, workload: Workload, rows: np.ndarray, cols: 
 class ColourLegend(Static):
     """The colour scale of the heatmap with its end values and units."""
 
-    DEFAULT_CSS = "ColourLegend { height: 1; }"
 
-    def show(self, metric: str, lo: float, hi: float, level: str, estimated: bool = False) -> None:
+    DEFAULT_CSS = "ColourLegend { height: auto; }"
+
+    def show(self, metric: str, lo: float, hi: float, level: str, estimated: bool = False,
+             palette: str = "viridis", zoom: int = 0) -> None:
+        colours = PALETTES[palette]
         text = Text(f"{METRIC_TITLES[metric]}  ")
         ends = (hi, lo) if metric == "beta" else (lo, hi)
         if math.isfinite(lo):
             text.append(f"{ends[0]:.3g} ")
-            for colour in PALETTE:
-                text.append("██", style=colour)
-            text.append(f" {ends[1]:.3g}  (log scale, green = good)")
+            for colour in colours:
+                text.append("█", style=colour)
+            text.append(f" {ends[1]:.3g} (log, dark = good, {palette})")
         else:
             text.append("no measured pairs")
-        text.append("   ")
-        text.append("██", style=UNMEASURED)
-        text.append(" unmeasured  ")
+        text.append("  ")
+        text.append(UNMEASURED_GLYPH * 2, style=f"{UNMEASURED} on {SELF}")
+        text.append(" unmeasured ")
         text.append("██", style=SELF)
-        text.append(" self  ")
+        text.append(" self ")
         if estimated:
-            text.append("██", style=ESTIMATED_PALETTE[len(PALETTE) // 2])
-            text.append(" faded: estimated  ")
-        text.append(f"cells: {level}")
+            text.append(ESTIMATED_GLYPH * 2, style=f"{SELF} on {faded(colours)[len(colours) // 2]}")
+            text.append(" estimated ")
+        text.append(f" cells: {level}, zoom {zoom or 'fit'} (+/-)")
         self.update(text)
 
 
@@ -120,14 +134,19 @@ class HeatmapScreen(ConsoleScreen):
         ("Show latency alpha", "Heatmap of alpha (a)", "metric_alpha"),
         ("Show bandwidth beta", "Heatmap of beta (b)", "metric_beta"),
         ("Show transfer time", "Heatmap of T for the workload's activations (t)", "metric_transfer"),
+        ("Zoom in", "Larger cells, one per device; values from 6 characters (+)", "zoom_in"),
+        ("Zoom out", "Smaller cells, back to fitting the space (-)", "zoom_out"),
+        ("Next colour scale", "viridis or cividis, both colour-blind safe (p)", "cycle_palette"),
         ("Start sweep", "Measure every pair of the inventory (s)", "start_sweep"),
         ("Cancel sweep", "Stop the sweep and its remote workers (x)", "cancel_sweep"),
     )
+    HELP_WIDGETS = (Heatmap,)
     BINDINGS = [
         Binding("a", "metric('alpha')", "Alpha"),
         Binding("b", "metric('beta')", "Beta"),
         Binding("t", "metric('transfer')", "Transfer"),
         Binding("m", "cycle_metric", "Next metric", show=False),
+        Binding("p", "cycle_palette", "Palette", show=False),
         Binding("s", "start_sweep", "Sweep"),
         Binding("x", "cancel_sweep", "Cancel sweep"),
     ]
@@ -137,13 +156,14 @@ class HeatmapScreen(ConsoleScreen):
         self.sweep: Any = None
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield ScreenTabs()
         yield Static(id="fabric-title", classes="title")
         yield Heatmap(id="heatmap")
         yield ColourLegend(id="legend")
         yield Static(id="pair-details", classes="details")
         yield ProgressBar(id="sweep-progress", show_eta=True, total=None)
         yield Static("", id="sweep-status", classes="status")
+        yield StatusBar()
         yield Footer()
 
     def on_mount(self) -> None:
@@ -181,6 +201,17 @@ class HeatmapScreen(ConsoleScreen):
     def action_metric_transfer(self) -> None:
         self.action_metric("transfer")
 
+    def action_zoom_in(self) -> None:
+        self.query_one(Heatmap).action_zoom(1)
+
+    def action_zoom_out(self) -> None:
+        self.query_one(Heatmap).action_zoom(-1)
+
+    def action_cycle_palette(self) -> None:
+        heatmap = self.query_one(Heatmap)
+        names = list(PALETTES)
+        heatmap.palette = names[(names.index(heatmap.palette) + 1) % len(names)]
+
     def action_cycle_metric(self) -> None:
         heatmap = self.query_one(Heatmap)
         heatmap.metric = METRICS[(METRICS.index(heatmap.metric) + 1) % len(METRICS)]
@@ -193,7 +224,8 @@ class HeatmapScreen(ConsoleScreen):
             details.update("")
             return
         self.query_one(ColourLegend).show(
-            heatmap.metric, lay.lo, lay.hi, lay.level, bool((lay.colour >= ESTIMATED_OFFSET).any())
+            heatmap.metric, lay.lo, lay.hi, lay.level, bool((lay.colour >= ESTIMATED_OFFSET).any()),
+            heatmap.palette, heatmap.zoom,
         )
         self._title()
         rows, cols = heatmap.cursor_rows()
@@ -229,6 +261,7 @@ class HeatmapScreen(ConsoleScreen):
         """Called by the app's worker-error handler for this screen's workers."""
         self.sweep = None
         self.query_one("#sweep-status", Static).update(Text("The sweep failed (see the notification).", style="bold red"))
+        self.post_message(Activity("sweep", None))
 
     @work(exclusive=True, exit_on_error=False, group="sweep", description="fabric sweep")
     async def run_sweep(self, inventory: str, known_hosts: str | None) -> None:
@@ -263,6 +296,7 @@ class HeatmapScreen(ConsoleScreen):
         elif kind == "PairMeasured" and live.fabric is not None:
             live.measured(event)
             progress.update(progress=live.done)
+            self.post_message(Activity("sweep", f"sweep {live.done}/{live.total} pairs"))
             self.query_one(Heatmap).set_data(live.fabric, self.session.workload, self.session.devices())
         elif kind == "PairFailed" and live.fabric is not None:
             live.failed(event)
@@ -275,6 +309,7 @@ class HeatmapScreen(ConsoleScreen):
             self.session.set_fabric(event.fabric)
             words = "cancelled" if event.cancelled else "done"
             status.update(f"sweep {words}: {event.measured} pairs measured, {event.failed} failed, {event.elapsed_s:.1f} s")
+            self.post_message(Activity("sweep", None))
             self.post_message(SessionChanged(f"sweep {words}"))
 
 

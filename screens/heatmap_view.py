@@ -16,7 +16,7 @@ import numpy as np
 from rich.segment import Segment
 from rich.style import Style
 from textual.binding import Binding
-from textual.events import Click
+from textual.events import Click, MouseEvent, MouseMove
 from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
@@ -33,18 +33,51 @@ METRIC_TITLES = {
     "beta": "bandwidth beta (Gbps)",
     "transfer": "transfer time T (s)",
 }
-#: Good (green) to bad (red): ColorBrewer RdYlGn, reversed.
-PALETTE = (
-    "#1a9850", "#66bd63", "#a6d96a", "#d9ef8b", "#fee08b", "#fdae61", "#f46d43", "#d73027", "#a50026",
-)
-#: The same scale, faded: pairs estimated from labels rather than measured.
-ESTIMATED_PALETTE = tuple(
-    "#%02x%02x%02x" % tuple((int(c[i:i + 2], 16) + 2 * 0x50) // 3 for i in (1, 3, 5)) for c in PALETTE
-)
+#: Colour-blind-safe sequential scales (perceptually uniform, readable under deuteranopia
+#: and protanopia), good (dark) to bad (bright): the links to look at stand out.
+PALETTES = {
+    "viridis": ("#440154", "#472d7b", "#3b528b", "#2c728e", "#21918c", "#28ae80", "#5ec962", "#addc30", "#fde725"),
+    "cividis": ("#00224e", "#123570", "#3b496c", "#575d6d", "#707173", "#8a8678", "#a59c74", "#c3b369", "#fee838"),
+}
+PALETTE = PALETTES["viridis"]
 ESTIMATED_OFFSET = 100
-UNMEASURED = "#101010"
-SELF = "#4e4e4e"
-CURSOR = "#ffffff"
+#: Added to a colour index for cells on the cursor's row or column (the crosshair).
+CROSS_OFFSET = 1000
+UNMEASURED = "#9e9e9e"
+SELF = "#3a3a3a"
+CURSOR = "#ff5fd7"
+#: Glyphs of cells at least one line high: the state is readable without colour.
+UNMEASURED_GLYPH = "╳"
+ESTIMATED_GLYPH = "░"
+#: Cell sizes (characters wide, half-lines high) of the zoom steps; zoom 0 fits the space.
+ZOOM_CELLS = (0, 1, 2, 4, 6, 8, 10, 12)
+#: Cells this wide or wider print their value.
+VALUE_CELL = 6
+
+
+def faded(palette: tuple[str, ...]) -> tuple[str, ...]:
+    """The scale faded toward grey: pairs estimated from labels rather than measured."""
+    return tuple("#%02x%02x%02x" % tuple((int(c[i:i + 2], 16) + 2 * 0x50) // 3 for i in (1, 3, 5)) for c in palette)
+
+
+ESTIMATED_PALETTE = faded(PALETTE)
+
+
+def blend(colour: str, other: str, t: float) -> str:
+    a = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
+    b = [int(other[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#%02x%02x%02x" % tuple(int(x + (y - x) * t) for x, y in zip(a, b))
+
+
+def cell_value(v: float) -> str:
+    """A value in at most 5 characters."""
+    if not math.isfinite(v):
+        return ""
+    if v >= 10_000:
+        return f"{v / 1000:.0f}k"
+    return f"{v:.3g}" if v < 1000 else f"{v:.0f}"
+
+
 HEADER_LINES = 2
 LEVELS = ("device", "host", "label")
 
@@ -88,9 +121,14 @@ class HeatmapLayout:
     groups: list[tuple[str, int, int]]  # (label, first block, block count)
     values: np.ndarray  # (k, k) block means, NaN where nothing measured
     colour: np.ndarray  # (k, k) palette index, -1 unmeasured, -2 self
-    cell: int  # cell size: characters wide, half-lines high
+    cell: int  # cell width in characters
     lo: float
     hi: float
+    #: Cell height in half-lines (0: the same as ``cell``, a square cell).
+    cell_h: int = 0
+
+    def __post_init__(self) -> None:
+        self.cell_h = self.cell_h or self.cell
 
     @property
     def k(self) -> int:
@@ -165,25 +203,35 @@ def estimated_mask(fabric: Fabric) -> np.ndarray:
 
 
 def fit_layout(n_blocks: int, width: int, height: int) -> int:
-    """Largest cell size (1..4) that fits ``n_blocks`` in ``width`` x ``height``; 0 if none."""
-    for cell in (4, 3, 2, 1):
+    """Largest cell size (1..16) that fits ``n_blocks`` in ``width`` x ``height``; 0 if none."""
+    for cell in (16, 14, 12, 10, 8, 6, 4, 3, 2, 1):  # large cells even: whole lines
         if n_blocks * cell <= width and math.ceil(n_blocks * cell / 2) <= height:
             return cell
     return 0
 
 
 def build_layout(
-    fabric: Fabric, workload: Workload, metric: str, devices: tuple[Device, ...], width: int, height: int
+    fabric: Fabric, workload: Workload, metric: str, devices: tuple[Device, ...], width: int, height: int,
+    cell: int = 0,
 ) -> HeatmapLayout:
-    """Choose the finest level that fits and compute its block values and colours."""
+    """Choose the finest level that fits and compute its block values and colours.
+
+    ``cell`` > 0 (zoomed in): one block per device at that cell size, larger than the
+    space if need be (the widget then shows a window of it and pans).
+    """
     labels = fabric.labels
     order = row_order(devices, labels)
     m = metric_matrix(fabric, workload, metric)
-    for level in LEVELS:
+    zoomed = cell > 0
+    if zoomed:
+        level = "device"
         blocks, names = _blocks(order, devices, labels, level)
-        cell = fit_layout(len(blocks), width, height)
-        if cell or level == LEVELS[-1]:
-            break
+    else:
+        for level in LEVELS:
+            blocks, names = _blocks(order, devices, labels, level)
+            cell = fit_layout(len(blocks), width, height)
+            if cell or level == LEVELS[-1]:
+                break
     cell = max(cell, 1)
     if level == "device":
         values = m[np.ix_(order, order)].astype(float)
@@ -204,11 +252,20 @@ def build_layout(
             groups[-1] = (g, groups[-1][1], groups[-1][2] + 1)
         else:
             groups.append((g, b, 1))
-    return HeatmapLayout(level, blocks, names, groups, values, colour, cell, lo, hi)
+    cell_h = cell
+    if not zoomed:  # fill the width too: cells up to three times wider than high
+        cell = min(max(cell, width // len(blocks)), 3 * cell, 16)
+    return HeatmapLayout(level, blocks, names, groups, values, colour, cell, lo, hi, cell_h)
 
 
 class Heatmap(Widget, can_focus=True):
-    """GPU x GPU heatmap with a cell cursor. Set data with :meth:`set_data`."""
+    """GPU x GPU heatmap with a cell cursor and a crosshair. Set data with :meth:`set_data`.
+
+    At zoom 0 the map fills the widget (cells as large as fit, aggregated when even one
+    character per device does not fit). Zooming in (``+``) draws one block per device at
+    a fixed cell size and shows a window of the map that follows the cursor (and pans
+    with shift+arrows); from 6 characters a cell prints its value.
+    """
 
     DEFAULT_CSS = """
     Heatmap { height: 1fr; width: 1fr; min-height: 6; }
@@ -218,6 +275,13 @@ class Heatmap(Widget, can_focus=True):
         Binding("down,j", "move(1, 0)", "Down", show=False),
         Binding("left,h", "move(0, -1)", "Left", show=False),
         Binding("right,l", "move(0, 1)", "Right", show=False),
+        Binding("plus,equals_sign", "zoom(1)", "Zoom in", key_display="+"),
+        Binding("minus", "zoom(-1)", "Zoom out", key_display="-"),
+        Binding("0", "zoom(0)", "Fit", show=False),
+        Binding("shift+up,K", "pan(-1, 0)", "Pan up", show=False),
+        Binding("shift+down,J", "pan(1, 0)", "Pan down", show=False),
+        Binding("shift+left,H", "pan(0, -1)", "Pan left", show=False),
+        Binding("shift+right,L", "pan(0, 1)", "Pan right", show=False),
     ]
 
     metric: reactive[str] = reactive("alpha")
@@ -225,6 +289,12 @@ class Heatmap(Widget, can_focus=True):
 
     cursor: reactive[tuple[int, int]] = reactive((0, 0))
     """Cursor cell (row block, column block) in display order at the current level."""
+
+    zoom: reactive[int] = reactive(0)
+    """Index into ZOOM_CELLS: 0 fits the space, higher draws each device larger."""
+
+    palette: reactive[str] = reactive("viridis")
+    """Name of the colour scale in PALETTES."""
 
     class CursorMoved(Message):
         """The cursor moved, or what is under it changed."""
@@ -243,7 +313,9 @@ class Heatmap(Widget, can_focus=True):
         self.workload: Workload | None = None
         self.devices: tuple[Device, ...] = ()
         self.layout_: HeatmapLayout | None = None
+        self.view: tuple[int, int] = (0, 0)
         self._styles: dict[tuple[int, int], Style] = {}
+        self._colours: dict[int, str | None] = {}
 
     # -- data --------------------------------------------------------------------
     def set_data(self, fabric: Fabric | None, workload: Workload, devices: tuple[Device, ...]) -> None:
@@ -253,6 +325,15 @@ class Heatmap(Widget, can_focus=True):
 
     def watch_metric(self) -> None:
         self._relayout()
+
+    def watch_zoom(self) -> None:
+        self._relayout()
+
+    def watch_palette(self) -> None:
+        self._styles.clear()
+        self._colours.clear()
+        self.refresh()
+        self.post_message(self.CursorMoved(self))
 
     def on_resize(self) -> None:
         self._relayout()
@@ -265,26 +346,59 @@ class Heatmap(Widget, can_focus=True):
         names = (group_key(d, lab) for d, lab in zip(self.devices, self.fabric.labels))
         return min(14, max((len(g) for g in names), default=0)) + 2
 
+    def _space(self) -> tuple[int, int]:
+        return max(self.size.width - self.label_width, 1), max(self.size.height - HEADER_LINES, 1)
+
     def _relayout(self) -> None:
         if self.fabric is None or self.workload is None or not self.size.width:
             self.layout_ = None
             self.refresh()
             return
-        width = max(self.size.width - self.label_width, 1)
-        height = max(self.size.height - HEADER_LINES, 1)
-        self.layout_ = build_layout(self.fabric, self.workload, self.metric, self.devices, width, height)
+        # The cursor keeps its pair: remember the devices under it, find them again.
+        old = self.layout_
+        held = None
+        if old is not None and old.k:
+            r, c = self.cursor
+            if r < old.k and c < old.k:
+                held = (int(old.blocks[r][0]), int(old.blocks[c][0]))
+        width, height = self._space()
+        self.layout_ = build_layout(self.fabric, self.workload, self.metric, self.devices, width, height,
+                                    cell=ZOOM_CELLS[self.zoom])
         k = self.layout_.k
         r, c = self.cursor
+        if held is not None:
+            where = {int(i): b for b, rows in enumerate(self.layout_.blocks) for i in rows}
+            r, c = where.get(held[0], r), where.get(held[1], c)
         self.cursor = (min(r, k - 1), min(c, k - 1))
+        self._follow()
         self.refresh()
         self.post_message(self.CursorMoved(self))
+
+    def visible(self) -> tuple[int, int]:
+        """Blocks that fit: (rows, columns)."""
+        lay = self.layout_
+        if lay is None:
+            return 0, 0
+        width, height = self._space()
+        return max(min(lay.k, (2 * height) // lay.cell_h), 1), max(min(lay.k, width // lay.cell), 1)
+
+    def _follow(self) -> None:
+        """Move the window so that the cursor is inside it."""
+        nr, nc = self.visible()
+        if self.layout_ is None:
+            return
+        k = self.layout_.k
+        (r, c), (vr, vc) = self.cursor, self.view
+        vr = min(max(vr, r - nr + 1), r)
+        vc = min(max(vc, c - nc + 1), c)
+        self.view = (max(min(vr, k - nr), 0), max(min(vc, k - nc), 0))
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         if self.layout_ is None:
             return 1
-        return HEADER_LINES + math.ceil(self.layout_.k * self.layout_.cell / 2)
+        return HEADER_LINES + math.ceil(self.layout_.k * self.layout_.cell_h / 2)
 
-    # -- cursor ------------------------------------------------------------------
+    # -- cursor, zoom, pan ------------------------------------------------------------
     def action_move(self, dr: int, dc: int) -> None:
         if self.layout_ is None:
             return
@@ -292,23 +406,59 @@ class Heatmap(Widget, can_focus=True):
         r, c = self.cursor
         self.cursor = (min(max(r + dr, 0), k - 1), min(max(c + dc, 0), k - 1))
 
+    def action_zoom(self, step: int) -> None:
+        """+1 / -1 a zoom step; 0 back to fitting the space."""
+        if step == 0 or self.layout_ is None:
+            self.zoom = 0
+            return
+        if step > 0 and self.zoom == 0:
+            # From the fitted map to the first step that shows more: one block per device,
+            # larger than now.
+            lay = self.layout_
+            current = lay.cell if lay.level == "device" else 0
+            bigger = [z for z in range(1, len(ZOOM_CELLS)) if ZOOM_CELLS[z] > current]
+            self.zoom = bigger[0] if bigger else len(ZOOM_CELLS) - 1
+            return
+        self.zoom = min(max(self.zoom + step, 0), len(ZOOM_CELLS) - 1)
+
+    def action_pan(self, dr: int, dc: int) -> None:
+        """Move the window (and the cursor with it) by half a window."""
+        nr, nc = self.visible()
+        self.action_move(dr * max(nr // 2, 1), dc * max(nc // 2, 1))
+
     def watch_cursor(self) -> None:
+        self._follow()
         self.refresh()
         self.post_message(self.CursorMoved(self))
 
-    def on_click(self, event: Click) -> None:
+    def _cell_at(self, event: MouseEvent) -> tuple[int, int] | None:
+        """The (row, column) block under the mouse, or None off the map."""
         lay = self.layout_
-        if lay is None:
-            return
-        offset = event.get_content_offset(self)  # relative to the content, inside padding
+        offset = event.get_content_offset(self) if lay is not None else None  # inside padding
         if offset is None:
-            return
+            return None
         x, y = offset.x - self.label_width, offset.y - HEADER_LINES
         if x < 0 or y < 0:
+            return None
+        r, c = self.view[0] + (2 * y) // lay.cell_h, self.view[1] + x // lay.cell
+        return (r, c) if r < lay.k and c < lay.k else None
+
+    def on_click(self, event: Click) -> None:
+        cell = self._cell_at(event)
+        if cell is not None:
+            self.cursor = cell
+
+    def on_mouse_move(self, event: MouseMove) -> None:
+        """Hovering a cell names its pair in full (the columns have room for a few letters)."""
+        cell = self._cell_at(event)
+        if cell is None:
+            self.tooltip = None
             return
-        r, c = (2 * y) // lay.cell, x // lay.cell
-        if r < lay.k and c < lay.k:
-            self.cursor = (r, c)
+        lay = self.layout_
+        r, c = cell
+        names = [self.devices[int(lay.blocks[b][0])].name if lay.level == "device" else lay.names[b] for b in (r, c)]
+        value = cell_value(float(lay.values[r, c]))
+        self.tooltip = f"{names[0]} -> {names[1]}" + (f": {value}" if value else "")
 
     def cursor_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """Fabric rows under the cursor: (sending rows, receiving rows)."""
@@ -317,11 +467,29 @@ class Heatmap(Widget, can_focus=True):
         return self.layout_.blocks[r], self.layout_.blocks[c]
 
     # -- drawing -----------------------------------------------------------------
+    def colour(self, index: int) -> str | None:
+        """The colour of a cell index (palette, estimated, unmeasured, self, cursor, crosshair)."""
+        found = self._colours.get(index, "")
+        if found != "":
+            return found
+        palette = PALETTES.get(self.palette, PALETTE)
+        if index >= CROSS_OFFSET // 2:  # the crosshair: the same colour, lightened
+            base = self.colour(index - CROSS_OFFSET)
+            found = None if base is None else blend(base, "#ffffff", 0.3)
+        elif index >= ESTIMATED_OFFSET:
+            found = faded(palette)[index - ESTIMATED_OFFSET]
+        elif index >= 0:
+            found = palette[index]
+        else:
+            found = {-1: UNMEASURED, -2: SELF, -4: CURSOR}.get(index)
+        self._colours[index] = found
+        return found
+
     def _style(self, top: int, bottom: int) -> Style:
         key = (top, bottom)
         style = self._styles.get(key)
         if style is None:
-            style = Style(color=_colour(top), bgcolor=_colour(bottom))
+            style = Style(color=self.colour(top), bgcolor=self.colour(bottom))
             self._styles[key] = style
         return style
 
@@ -329,59 +497,107 @@ class Heatmap(Widget, can_focus=True):
         # Line API strips carry no widget style of their own: lay the widget's colours under.
         return self._line(y).extend_cell_length(self.size.width).crop(0, self.size.width).apply_style(self.rich_style)
 
+    def _row_indices(self, r: int, cols: range) -> np.ndarray:
+        """Colour indices of block row ``r`` over ``cols``, with cursor and crosshair."""
+        lay = self.layout_
+        if r >= lay.k:
+            return np.full(len(cols), -3)
+        row = lay.colour[r, cols.start:cols.stop].copy()
+        cr, cc = self.cursor
+        if r == cr:
+            row += CROSS_OFFSET
+        if cols.start <= cc < cols.stop:
+            row[cc - cols.start] = -4 if r == cr else row[cc - cols.start] + CROSS_OFFSET
+        return row
+
     def _line(self, y: int) -> Strip:
         lay = self.layout_
         if lay is None:
             return Strip([Segment("no fabric yet: run a sweep from the fleet" if y == 0 else "")])
         gutter = self.label_width
+        nr, nc = self.visible()
+        vr, vc = self.view
+        cols = range(vc, min(vc + nc, lay.k))
         if y < HEADER_LINES:
-            return Strip(self._header(y, gutter, lay))
+            return Strip(self._header(y, gutter, lay, cols))
         h0 = 2 * (y - HEADER_LINES)
-        r0, r1 = h0 // lay.cell, (h0 + 1) // lay.cell
-        if r0 >= lay.k:
+        r0, r1 = vr + h0 // lay.cell_h, vr + (h0 + 1) // lay.cell_h
+        if r0 >= min(vr + nr, lay.k):
             return Strip([])
+        if r1 >= vr + nr:
+            r1 = lay.k  # past the window: draw the lower half empty
         segments = [self._gutter_segment(y - HEADER_LINES, r0, r1, gutter, lay)]
-        top = lay.colour[r0].copy()
-        bottom = lay.colour[r1].copy() if r1 < lay.k else np.full(lay.k, -3)
-        cr, cc = self.cursor
-        if cr == r0:
-            top[cc] = -4
-        if cr == r1:
-            bottom[cc] = -4
+        top = self._row_indices(r0, cols)
+        if r0 == r1:  # a cell at least one line high: glyphs and values are possible
+            in_block = h0 // 2 - ((r0 - vr) * lay.cell_h) // 2
+            middle = lay.cell_h % 2 == 0 and in_block == max(lay.cell_h // 2 - 1, 0) // 2  # odd heights straddle lines
+            segments.extend(self._full_line(r0, top, cols, middle))
+            return Strip(segments)
+        bottom = self._row_indices(r1, cols)
         pairs = np.stack([top, bottom], axis=1)
         change = np.flatnonzero(np.any(pairs[1:] != pairs[:-1], axis=1)) + 1
         starts = np.concatenate([[0], change])
-        ends = np.concatenate([change, [lay.k]])
+        ends = np.concatenate([change, [len(cols)]])
         for s, e in zip(starts.tolist(), ends.tolist()):
             segments.append(Segment("▀" * ((e - s) * lay.cell), self._style(int(top[s]), int(bottom[s]))))
         return Strip(segments)
 
+    def _full_line(self, r: int, indices: np.ndarray, cols: range, middle: bool) -> list[Segment]:
+        """One line inside a block row: glyphs for unmeasured and estimated, values when wide."""
+        lay = self.layout_
+        out = []
+        for c, index in zip(cols, indices.tolist()):
+            base = index - CROSS_OFFSET if index >= CROSS_OFFSET // 2 else index
+            bg = self.colour(index)
+            if base == -1:
+                out.append(Segment(UNMEASURED_GLYPH * lay.cell, Style(color=bg, bgcolor=self.colour(-2))))
+                continue
+            text = cell_value(float(lay.values[r, c])) if middle and lay.cell >= VALUE_CELL and base >= 0 else ""
+            if text:
+                dark = _luminance(bg) < 0.45
+                out.append(Segment(text.center(lay.cell), Style(color="#ffffff" if dark else "#000000", bgcolor=bg, bold=True)))
+            elif ESTIMATED_OFFSET <= base < CROSS_OFFSET // 2:
+                out.append(Segment(ESTIMATED_GLYPH * lay.cell, Style(color=self.colour(-2), bgcolor=bg)))
+            else:
+                out.append(Segment(" " * lay.cell, Style(bgcolor=bg)))
+        return out
+
     def _gutter_segment(self, line: int, r0: int, r1: int, gutter: int, lay: HeatmapLayout) -> Segment:
-        """The group name on the line where the group starts; ▶ on the cursor row's lines."""
+        """The group name on the line where the group (or the window) starts; ▶ on the cursor row."""
         name = ""
-        for g, first, _count in lay.groups:
-            if (first * lay.cell) // 2 == line:
+        vr = self.view[0]
+        for g, first, count in lay.groups:
+            start = max(first, vr)
+            if start < first + count and ((start - vr) * lay.cell_h) // 2 == line:
                 name = g
+        if lay.level == "device" and lay.cell_h >= 4 and r0 == r1 and not name:
+            # Zoomed in: each row is tall enough to carry its device's name.
+            in_block = line - ((r0 - vr) * lay.cell_h) // 2
+            if in_block == 1:
+                name = self.devices[int(lay.blocks[r0][0])].name
         marker = "▶" if self.cursor[0] in (r0, r1) else " "
         return Segment(f"{name[: gutter - 2]:<{gutter - 2}} {marker}", Style(bold=bool(name)))
 
-    def _header(self, y: int, gutter: int, lay: HeatmapLayout) -> list[Segment]:
-        line = [" "] * (lay.k * lay.cell)
+    def _header(self, y: int, gutter: int, lay: HeatmapLayout, cols: range) -> list[Segment]:
+        line = [" "] * (len(cols) * lay.cell)
         if y == 0:
             for g, first, count in lay.groups:
-                span = count * lay.cell
-                text = g[: max(span - 1, 1)]
-                for i, ch in enumerate(text):
-                    if first * lay.cell + i < len(line):
-                        line[first * lay.cell + i] = ch
-        else:
-            line[self.cursor[1] * lay.cell] = "▼"
+                start, stop = max(first, cols.start), min(first + count, cols.stop)
+                if start >= stop:
+                    continue
+                span = (stop - start) * lay.cell
+                x0 = (start - cols.start) * lay.cell
+                for i, ch in enumerate(g[: max(span - 1, 1)]):
+                    if x0 + i < len(line):
+                        line[x0 + i] = ch
+        elif cols.start <= self.cursor[1] < cols.stop:
+            x = (self.cursor[1] - cols.start) * lay.cell
+            line[x: x + lay.cell] = "▼" * lay.cell if lay.cell <= 2 else list(("▼" * lay.cell))
         return [Segment(" " * gutter), Segment("".join(line), Style(bold=y == 0))]
 
 
-def _colour(index: int) -> str | None:
-    if index >= ESTIMATED_OFFSET:
-        return ESTIMATED_PALETTE[index - ESTIMATED_OFFSET]
-    if index >= 0:
-        return PALETTE[index]
-    return {-1: UNMEASURED, -2: SELF, -4: CURSOR}.get(index)
+def _luminance(colour: str | None) -> float:
+    if not colour or not colour.startswith("#"):
+        return 0.0
+    r, g, b = (int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b

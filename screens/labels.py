@@ -7,12 +7,17 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.validation import ValidationResult, Validator
-from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Static
+from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
 from screens.adapters import LABEL_FIELDS, validate_label
 from screens.base import ConsoleScreen
+from screens.dialogs import ConfirmDialog
+from screens.fields import Field
+from screens.statusbar import StatusBar
+from screens.tabs import ScreenTabs
 from screens.heatmap_view import row_order
 from screens.messages import SessionChanged
+from screens.tables import TABLE_BINDINGS, TableFilter, TableTools
 from screens.widgets import StageLocality
 
 #: Typed into a field, clears that label on the marked rows (empty leaves it unchanged).
@@ -28,6 +33,10 @@ def _cell(label, per_gpu: bool) -> Text:
     return text
 
 
+def _rows(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"
+
+
 class LabelValidator(Validator):
     def __init__(self, field: str) -> None:
         super().__init__()
@@ -40,7 +49,7 @@ class LabelValidator(Validator):
         return self.failure(why) if why else self.success()
 
 
-class LabelsScreen(ConsoleScreen):
+class LabelsScreen(TableTools, ConsoleScreen):
     """Mark rows, type labels, apply: the current solution goes stale at once."""
 
     COMMANDS_ = (
@@ -48,33 +57,43 @@ class LabelsScreen(ConsoleScreen):
         ("Mark host", "Mark every GPU of the cursor row's host (h)", "mark_host"),
         ("Unmark all", "Clear the marks (u)", "unmark"),
         ("Apply labels", "Set the form's labels on the marked rows", "apply"),
-        ("Suggest network groups", "Cluster the measurement and accept its network groups (g)", "suggest"),
+        ("Suggest network groups", "Preview the measurement's network groups, then accept them (g)", "suggest"),
+        ("Undo label change", "Put back the labels as they were before the last edit (z)", "undo"),
     )
     BINDINGS = [
         Binding("space", "mark", "Mark row"),
         Binding("h", "mark_host", "Mark host"),
         Binding("u", "unmark", "Unmark all"),
         Binding("g", "suggest", "Suggest groups"),
+        Binding("z,ctrl+z", "undo", "Undo", key_display="z"),
+        *TABLE_BINDINGS,
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.marked: set[int] = set()
         self.order: list[int] = []
+        #: (labels, fabric, what) before each edit, newest last: ``z`` puts them back.
+        self.undo_stack: list[tuple[object, object, str]] = []
+        #: The device row the cursor follows through the next redraw (after Apply).
+        self.keep_cursor_on: int | None = None
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield ScreenTabs()
         with Horizontal(id="labels-body"):
-            yield DataTable(id="labels-table", cursor_type="row", zebra_stripes=True)
+            with Vertical(id="labels-left"):
+                yield DataTable(id="labels-table", cursor_type="row", zebra_stripes=True)
+                yield TableFilter(id="labels-filter")
             with Vertical(id="labels-form"):
                 yield Static("Set on marked rows (empty: unchanged, '-': clear). A whole host marked: set per host; else per GPU (*).")
                 for field in LABEL_FIELDS:
                     yield Label(field.replace("_", " "))
-                    yield Input(placeholder=field, id=f"set-{field}", validators=[LabelValidator(field)], compact=True)
+                    yield Field(placeholder=field, id=f"set-{field}", validators=[LabelValidator(field)], compact=True)
                 yield Static("", id="labels-error", classes="error")
                 yield Button("Apply to marked rows", id="apply", variant="primary", compact=True)
                 yield Static(id="labels-marked")
                 yield StageLocality(id="labels-locality")
+        yield StatusBar()
         yield Footer()
 
     def on_mount(self) -> None:
@@ -89,6 +108,8 @@ class LabelsScreen(ConsoleScreen):
         cursor = table.cursor_row
         table.clear()
         self.order = row_order(devices, s.fabric.labels) if s.fabric is not None else []
+        cells = self._row_cells(devices)
+        self.order = self.sort_rows([r for r in self.order if self.keep(cells(r))], cells)
         for row in self.order:
             d = devices[row]
             resolved = s.labels.resolve(d.host, d.gpu)
@@ -99,9 +120,12 @@ class LabelsScreen(ConsoleScreen):
                         and f in s.labels.gpus[(d.host, d.gpu)]) for f in LABEL_FIELDS),
                 key=str(row),
             )
+        keep = self.keep_cursor_on
+        if keep is not None and keep in self.order:  # after Apply: stay on the edited row
+            cursor, self.keep_cursor_on = self.order.index(keep), None
         if self.order:
             table.move_cursor(row=min(cursor, len(self.order) - 1))
-        self.query_one("#labels-marked", Static).update(f"{len(self.marked)} rows marked")
+        self.query_one("#labels-marked", Static).update(f"{_rows(len(self.marked))} marked")
         sol = s.current
         self.query_one(StageLocality).show(
             None if sol is None else sol.rank_map,
@@ -109,6 +133,18 @@ class LabelsScreen(ConsoleScreen):
             devices,
             s.is_stale(sol),
         )
+
+    def redraw_table(self) -> None:
+        self.show_session()
+
+    def _row_cells(self, devices):
+        """The plain text of a row's cells (for the filter and the sort)."""
+        def cells(row: int) -> tuple[str, ...]:
+            d = devices[row]
+            return ("●" if row in self.marked else "", d.host, "" if d.gpu is None else str(d.gpu),
+                    d.region or "", d.zone or "", d.network_group or "")
+
+        return cells
 
     def _cursor_device_row(self) -> int | None:
         table = self.query_one(DataTable)
@@ -153,16 +189,52 @@ class LabelsScreen(ConsoleScreen):
     def action_apply(self) -> None:
         self.apply()
 
+    def _remember(self, what: str) -> None:
+        s = self.session
+        self.undo_stack.append((s.labels, s.fabric, what))
+        del self.undo_stack[:-20]
+
+    def action_undo(self) -> None:
+        """Put back the labels (and the labelled fabric) from before the last edit."""
+        if not self.undo_stack:
+            self.notify("nothing to undo", severity="warning")
+            return
+        labels, fabric, what = self.undo_stack.pop()
+        self.session.labels, self.session.fabric = labels, fabric
+        self.post_message(SessionChanged(f"undone: {what}"))
+
     def action_suggest(self) -> None:
-        """Accept the network groups the measurement suggests (operator labels are kept)."""
+        """Preview the network groups the measurement suggests; accept them after a yes.
+
+        The suggestion is computed on a copy of the session, so nothing changes until the
+        operator agrees; operator labels are never replaced, and ``z`` undoes it.
+        """
+        import copy
+
         error = self.query_one("#labels-error", Static)
+        trial = copy.copy(self.session)
         try:
-            summary = self.session.accept_suggested_groups()
+            summary = trial.accept_suggested_groups()
         except ValueError as exc:
             error.update(" ".join(str(exc).split()))
             return
         error.update("")
-        self.post_message(SessionChanged(summary))
+        changed = [(b, a) for b, a in zip(self.session.devices(), trial.devices()) if b.network_group != a.network_group]
+        if not changed:
+            self.notify(summary)
+            return
+        lines = [f"  {b.name}: {b.network_group or '-'} -> {a.network_group or '-'}" for b, a in changed[:6]]
+        if len(changed) > 6:
+            lines.append(f"  ... and {len(changed) - 6} more")
+        body = "\n".join([f"{summary}; {_rows(len(changed))} change:", *lines, "z undoes it afterwards."])
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self._remember("suggested network groups")
+                self.session.labels, self.session.fabric = trial.labels, trial.fabric
+                self.post_message(SessionChanged(summary))
+
+        self.app.push_screen(ConfirmDialog("Accept the suggested network groups?", body, yes="Accept"), answer)
 
     def apply(self) -> None:
         """Apply the form to the marked rows (the cursor row if none is marked)."""
@@ -183,12 +255,17 @@ class LabelsScreen(ConsoleScreen):
             error.update("nothing to apply: type a value and mark rows")
             return
         s = self.session
+        before = (s.labels, s.fabric)
+        cursor_device = self._cursor_device_row()
         try:
             s.edit_labels(rows, changes)
         except ValueError as exc:  # LabelError is a ValueError
             error.update(" ".join(str(exc).split()))
             return
         error.update("")
+        self.undo_stack.append((*before, f"labels on {_rows(len(rows))}"))
         for field in LABEL_FIELDS:
             self.query_one(f"#set-{field}", Input).value = ""
-        self.post_message(SessionChanged(f"labels set on {len(rows)} rows"))
+        self.marked.clear()
+        self.keep_cursor_on = cursor_device
+        self.post_message(SessionChanged(f"labels set on {_rows(len(rows))} (z: undo)"))

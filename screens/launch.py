@@ -17,11 +17,14 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Header, Input, Label, Log, Static
+from textual.widgets import Footer, Input, Label, Log, Static
 
 from screens.base import ConsoleScreen
+from screens.fields import Field
+from screens.statusbar import StatusBar
+from screens.tabs import ScreenTabs
 from screens.dialogs import ConfirmDialog
-from screens.widgets import advice_text
+from screens.widgets import advice_text, warning_style
 
 DEFAULT_COMMAND = "train.py"
 MODES = ("torchrun", "env")
@@ -71,18 +74,19 @@ class LaunchScreen(ConsoleScreen):
         self.result: Any = None
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield ScreenTabs()
         with Vertical(id="launch-body"):
             with Horizontal(id="launch-form"):
                 yield Label("training command ")
-                yield Input(DEFAULT_COMMAND, id="launch-command", compact=True)
+                yield Field(DEFAULT_COMMAND, id="launch-command", compact=True)
                 image = (Label(" image ", id="launch-image-label"),
-                         Input("", placeholder="registry/image:tag", id="launch-image", compact=True))
+                         Field("", placeholder="registry/image:tag", id="launch-image", compact=True))
                 for widget in image:  # shown only for the Kubernetes export
                     widget.display = False
                     yield widget
             yield Static(id="launch-summary")
             yield Log(id="launch-plan", highlight=False, auto_scroll=False)
+        yield StatusBar()
         yield Footer()
 
     def on_input_submitted(self) -> None:
@@ -147,7 +151,7 @@ class LaunchScreen(ConsoleScreen):
         text = Text()
         text.append(f"Plan for {sol.name}", style="bold")
         if s.is_stale(sol):
-            text.append("  STALE: labels or fabric changed since this solution", style="bold yellow")
+            text.append("  STALE: labels or fabric changed since this solution", style=warning_style(self.app))
         text.append(f"\nmaster {plan.master_host} ({plan.master_addr}:{plan.master_port}), "
                     f"{plan.world_size} ranks on {len(plan.by_host())} hosts, mode {plan.mode} (m), {plan.backend}")
         if self.via != "ssh":

@@ -6,17 +6,20 @@ import json
 from pathlib import Path
 
 import numpy as np
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, ScrollableContainer
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Footer, Static
 
 from geoconsole.session import Solution
 from screens.base import ConsoleScreen
+from screens.statusbar import StatusBar
+from screens.tabs import ScreenTabs
 from screens.dialogs import PathDialog
-from screens.widgets import StageLocality, advice_text, grid_rows, region_colours
+from screens.widgets import StageLocality, advice_text, grid_rows, region_colours, warning_style
 from solver.fabric import Device, write_atomic
 
 
@@ -26,6 +29,24 @@ def short_names(devices: tuple[Device, ...]) -> list[str]:
     for d in devices:
         per_host[d.host] = per_host.get(d.host, 0) + 1
     return [d.name if per_host[d.host] > 1 else d.host for d in devices]
+
+
+def region_legend(devices: tuple[Device, ...]) -> Text:
+    """'regions: ██ Oregon  ██ Virginia ...' in the grid's colours."""
+    text = Text("regions: ", style="bold")
+    for region, colour in region_colours(devices).items():
+        text.append("██", style=colour)
+        text.append(f" {region}  ")
+    text.append("(reverse: the selected edge's bottleneck; c: compact)", style="dim")
+    return text
+
+
+def _show_wide(widget: Static, table: Table) -> None:
+    """Show ``table`` at its natural width, so the scrolling body pans sideways instead
+    of Rich squeezing (or cropping) the stages to the screen's width."""
+    console = widget.app.console
+    widget.styles.width = Measurement.get(console, console.options.update(width=10_000), table).maximum
+    widget.update(table)
 
 
 class RankMapScreen(ConsoleScreen):
@@ -38,29 +59,35 @@ class RankMapScreen(ConsoleScreen):
         Binding("e", "export", "Export"),
         Binding("o", "open_rank_map", "Load rank map"),
         Binding("x", "leave_out", "Leave out"),
+        Binding("c", "toggle_compact", "Compact"),
     ]
     COMMANDS_ = (
         ("Export rank map", "Write JSON and show rank_map=(...)", "export"),
         ("Compare with a rank map file", "Load a rank map for the side-by-side diff", "open_rank_map"),
         ("Toggle diff", "Side by side with the previous solution", "toggle_diff"),
+        ("Toggle compact grid", "Device numbers instead of names in the grid (c)", "toggle_compact"),
     )
 
     def __init__(self) -> None:
         super().__init__()
         self.diff = False
+        #: Cells show the device's row number (as in rank_map=(...)) instead of its name.
+        self.compact = False
         self.edge = 0
         self.compare: Solution | None = None
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield ScreenTabs()
         with ScrollableContainer(id="rankmap-body"):
             yield Static(id="rankmap-summary")
+            yield Static(id="rankmap-legend")
             with Horizontal(id="rankmap-grids"):
                 yield Static(id="rankmap-grid")
                 yield Static(id="rankmap-other")
             with Horizontal(id="rankmap-lists"):
                 yield StageLocality(id="rankmap-locality")
                 yield Static(id="rankmap-edges")
+        yield StatusBar()
         yield Footer()
 
     def _other(self) -> Solution | None:
@@ -73,7 +100,7 @@ class RankMapScreen(ConsoleScreen):
         other_view = self.query_one("#rankmap-other", Static)
         if sol is None or s.fabric is None:
             summary.update("No solution yet: solve on the Solve screen (4).")
-            for wid in ("#rankmap-grid", "#rankmap-edges"):
+            for wid in ("#rankmap-grid", "#rankmap-edges", "#rankmap-legend"):
                 self.query_one(wid, Static).update("")
             other_view.display = False
             self.query_one(StageLocality).show(None, 1, (), False)
@@ -90,13 +117,13 @@ class RankMapScreen(ConsoleScreen):
         other = self._other() if self.diff else None
         if other is not None and len(other.rank_map) != len(sol.rank_map):
             other = None
-        self.query_one("#rankmap-grid", Static).update(
-            self._grid(sol, devices, hot, None if other is None else other.rank_map, sol.name, compact=other is not None)
-        )
+        self.query_one("#rankmap-legend", Static).update(region_legend(devices))
+        _show_wide(self.query_one("#rankmap-grid", Static), self._grid(
+            sol, devices, hot, None if other is None else other.rank_map, sol.name, compact=other is not None))
         other_view.display = other is not None
         if other is not None:
             title = f"{other.name} (Comm {other.fun:.2f} s; · = same device as left)"
-            other_view.update(self._grid(other, devices, set(), sol.rank_map, title, compact=True, dots=True))
+            _show_wide(other_view, self._grid(other, devices, set(), sol.rank_map, title, compact=True, dots=True))
         self.query_one(StageLocality).show(sol.rank_map, w.d_pp, devices, stale)
         self.query_one("#rankmap-edges", Static).update(self._edges(score, devices))
 
@@ -115,7 +142,7 @@ class RankMapScreen(ConsoleScreen):
         text.append(f"{devices[worst].name}", style="bold red")
         text.append(f" ({devices[worst].region or 'unlabelled'})")
         if stale:
-            text.append("\nSTALE: labels or fabric changed since this solution; solve again.", style="bold yellow")
+            text.append("\nSTALE: labels or fabric changed since this solution; solve again.", style=warning_style(self.app))
         if sol.advice:
             text.append("\n").append(advice_text(sol.advice, {"poor-device": "x: leave it out"}))
         return text
@@ -129,7 +156,8 @@ class RankMapScreen(ConsoleScreen):
         """
         w = sol.workload
         grid = grid_rows(sol.rank_map, w.d_pp, w.d_dp)
-        names = short_names(devices)
+        compact = compact or self.compact
+        names = [str(i) for i in range(len(devices))] if self.compact else short_names(devices)
         colours = region_colours(devices)
         table = Table(title=title, title_justify="left", box=None, padding=(0, 1), show_edge=False)
         table.add_column("", style="bold")
@@ -165,6 +193,10 @@ class RankMapScreen(ConsoleScreen):
         return text
 
     # -- actions -----------------------------------------------------------------
+    def action_toggle_compact(self) -> None:
+        self.compact = not self.compact
+        self.show_session()
+
     def action_toggle_diff(self) -> None:
         if self._other() is None:
             self.notify("nothing to compare: solve twice or load a rank map (o)", severity="warning")

@@ -20,12 +20,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.widgets import Button, Footer, Header, Sparkline, Static
+from textual.widgets import Button, Footer, Sparkline, Static
 
 from geoconsole.session import Solution, iso
 from screens.base import ConsoleScreen
-from screens.messages import SessionChanged
-from screens.solve_widgets import Histogram, SolveOptions, WorkloadForm
+from screens.statusbar import StatusBar, solve_eta, solve_running
+from screens.tabs import ScreenTabs
+from screens.messages import Activity, SessionChanged
+from screens.solve_widgets import Histogram, SolveOptions, WorkloadForm, sparkline_data
 from screens.widgets import advice_text
 
 #: Seconds between progress messages; the solver may call back far more often.
@@ -89,9 +91,10 @@ class SolveScreen(ConsoleScreen):
         self.running = False
         self.history: list[float] = []
         self.bound: float | None = None
+        self.options: SolveOptions | None = None
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield ScreenTabs()
         with Horizontal(id="solve-body"):
             with VerticalScroll(id="solve-form-pane"):
                 yield WorkloadForm(id="solve-form")
@@ -105,6 +108,7 @@ class SolveScreen(ConsoleScreen):
                 yield Static("", id="solve-axis")
                 yield Histogram(id="solve-histogram")
                 yield Static("", id="solve-advice")  # hidden while there is no advice
+        yield StatusBar()
         yield Footer()
 
     def show_session(self) -> None:
@@ -148,6 +152,7 @@ class SolveScreen(ConsoleScreen):
             return
         error.update("")
         self.session.workload = self._filled = options.workload
+        self.options = options
         self._cancel.clear()
         self._set_running(True)
         self.history = []
@@ -178,6 +183,7 @@ class SolveScreen(ConsoleScreen):
         """Called by the app's worker-error handler for this screen's workers."""
         self._set_running(False)
         self.query_one("#solve-status", Static).update(Text("The solver failed (see the notification).", style="bold red"))
+        self.post_message(Activity("solve", None))
 
     # -- the worker (runs in a thread) ---------------------------------------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="solve", description="solve placement")
@@ -219,22 +225,27 @@ class SolveScreen(ConsoleScreen):
     def on_solve_screen_started(self, message: Started) -> None:
         self.bound = message.bound
         self.query_one("#solve-status", Static).update(f"Searching... lower bound {message.bound:.2f} s")
+        self.post_message(Activity("solve", solve_running(None, message.bound, 0.0, None)))
 
     def on_solve_screen_progress(self, message: Progress) -> None:
         if not self.running:
             return
         self.history.append(message.fun)
-        self.query_one(Sparkline).data = self.history[-200:]
+        data, flat = sparkline_data(self.history[-200:])
+        self.query_one(Sparkline).data = data
         bound = f", lower bound {self.bound:.2f} s" if self.bound is not None else ""
         self.query_one("#solve-axis", Static).update(
-            f"best Comm so far: {self.history[0]:.2f} s -> {message.fun:.2f} s{bound}"
+            f"best Comm so far: {self.history[0]:.2f} s -> {message.fun:.2f} s{flat}{bound}"
         )
+        eta = solve_eta(message.elapsed_s, message.nfev, self.options.time_limit, self.options.budget)
         self.query_one("#solve-status", Static).update(self._status_text(
-            message.fun, message.nit, message.nfev, message.elapsed_s, message.phase
+            message.fun, message.nit, message.nfev, message.elapsed_s, message.phase, eta=eta
         ))
+        self.post_message(Activity("solve", solve_running(message.fun, self.bound, message.elapsed_s, eta)))
 
     def on_solve_screen_finished(self, message: Finished) -> None:
         self._set_running(False)
+        self.post_message(Activity("solve", None))
         r = message.result
         number = len(self.session.solutions) + 1
         solution = Solution(
@@ -248,13 +259,16 @@ class SolveScreen(ConsoleScreen):
         self.session.add_solution(solution)
         self.post_message(SessionChanged(f"{solution.name}: Comm {solution.fun:.2f} s"))
 
-    def _status_text(self, fun: float, nit: int, nfev: int, elapsed: float, phase: str, done: str = "") -> Text:
+    def _status_text(self, fun: float, nit: int, nfev: int, elapsed: float, phase: str, done: str = "",
+                     eta: float | None = None) -> Text:
         text = Text()
         text.append(f"best Comm {fun:.2f} s", style="bold green")
         if self.bound is not None:
             gap = (fun - self.bound) / fun * 100 if fun > 0 else 0.0
             text.append(f"   lower bound {self.bound:.2f} s   gap {gap:.1f}%")
         text.append(f"\n{nit} improvements, {nfev} swaps scored, {elapsed:.1f} s, {phase}")
+        if eta is not None:
+            text.append(f", ETA {eta:.0f} s")
         if done:
             text.append(f"\n{done}", style="bold")
         return text
@@ -262,10 +276,11 @@ class SolveScreen(ConsoleScreen):
     def _show_solution(self, sol: Solution) -> None:
         self.bound = sol.bound
         values = [v for _t, v in sol.history] or [sol.fun]
-        self.query_one(Sparkline).data = values
+        data, flat = sparkline_data(values)
+        self.query_one(Sparkline).data = data
         bound = f", lower bound {sol.bound:.2f} s" if sol.bound is not None else ""
         self.query_one("#solve-axis", Static).update(
-            f"best Comm over {sol.elapsed_s:.1f} s: {values[0]:.2f} s -> {values[-1]:.2f} s{bound}"
+            f"best Comm over {sol.elapsed_s:.1f} s: {values[0]:.2f} s -> {values[-1]:.2f} s{flat}{bound}"
         )
         stale = "   STALE: labels or fabric changed since" if self.session.is_stale(sol) else ""
         self.query_one("#solve-status", Static).update(self._status_text(

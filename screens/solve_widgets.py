@@ -11,6 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, Static
 
+from screens.fields import Field
 from solver.workload import Workload
 
 BARS = " ▁▂▃▄▅▆▇█"
@@ -48,7 +49,7 @@ class WorkloadForm(Vertical):
     DEFAULT_CSS = """
     WorkloadForm { height: auto; }
     WorkloadForm > Horizontal { height: 1; margin-bottom: 1; }
-    WorkloadForm Label { width: 27; }
+    WorkloadForm Label { width: 27; max-width: 60%; }
     WorkloadForm Input { width: 1fr; }
     """
 
@@ -56,7 +57,7 @@ class WorkloadForm(Vertical):
         for key, label, placeholder in FIELDS:
             with Horizontal():
                 yield Label(label)
-                yield Input(placeholder=placeholder, id=f"form-{key}", compact=True)
+                yield Field(placeholder=placeholder, id=f"form-{key}", compact=True)
 
     def fill(self, workload: Workload, seed: int = 0, restarts: int | None = None) -> None:
         if restarts is None:  # the solver's own default, so the form and the CLI agree
@@ -104,6 +105,14 @@ class WorkloadForm(Vertical):
         if restarts < 0:
             raise ValueError(f"restarts: must be >= 0, got {restarts}")
         return SolveOptions(workload, number("seed", int), budget, time_limit, restarts)
+
+
+def sparkline_data(values: list[float]) -> tuple[list[float], str]:
+    """The best-Comm chart's data and a note for its axis line. A best that never moved
+    would draw as a solid block of full bars: draw nothing and say so instead."""
+    if len(values) < 2 or max(values) - min(values) <= 1e-9 * max(abs(max(values)), 1.0):
+        return [], " (unchanged during the run)"
+    return values, ""
 
 
 class Histogram(Static):

@@ -16,6 +16,12 @@ REGION_COLOURS = (
 )
 
 
+def warning_style(app) -> str:
+    """Bold warning text in the theme's colour for text (plain yellow is unreadable on a
+    light theme)."""
+    return "bold " + app.get_css_variables().get("text-warning", "yellow")
+
+
 def region_colours(devices: tuple[Device, ...]) -> dict[str, str]:
     out: dict[str, str] = {}
     for d in devices:
@@ -52,7 +58,7 @@ class StageLocality(Static):
             return
         text = Text()
         if stale:
-            text.append("STALE: labels or fabric changed since this solution; solve again.\n", style="bold yellow")
+            text.append("STALE: labels or fabric changed since this solution; solve again.\n", style=warning_style(self.app))
         for s, rows in enumerate(stage_groups(rank_map, d_pp)):
             words = locality_words(devices, rows)
             text.append(f"stage {s}: ", style="bold")

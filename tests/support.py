@@ -43,6 +43,9 @@ def fixed_clock() -> datetime:
 
 
 def demo_app(**kwargs) -> GeoConsoleApp:
+    """The console on the demo fabric with a fixed clock. Screens are built on first
+    visit (``prebuild=True`` builds them in the background, as the real console does)."""
+    kwargs.setdefault("prebuild", False)
     return create_app(clock=fixed_clock, **kwargs)
 
 

@@ -154,7 +154,9 @@ async def test_suggested_network_groups_follow_the_measurement_and_keep_operator
         await pilot.click("#apply")
         await pilot.pause()
         screen.query_one("DataTable").focus()
-        await pilot.press("g")
+        await pilot.press("g")  # a preview first, accepted with y
+        await pilot.pause()
+        await pilot.press("y")
         await pilot.pause()
         devices = app.session.devices()
         groups = {}

@@ -42,7 +42,8 @@ def test_cells_aggregate_when_they_would_be_smaller_than_a_character(width, heig
 
 
 def test_fit_layout_prefers_bigger_cells_and_refuses_what_cannot_fit():
-    assert fit_layout(8, 100, 50) == 4
+    assert fit_layout(8, 100, 50) == 12  # cells grow to fill the space
+    assert fit_layout(8, 40, 50) == 4
     assert fit_layout(64, 64, 32) == 1
     assert fit_layout(65, 64, 40) == 0
     assert fit_layout(64, 200, 31) == 0
@@ -60,7 +61,7 @@ def test_block_means_match_brute_force_and_skip_unmeasured_and_self():
             assert got[a, b] == pytest.approx(np.mean(vals))
 
 
-def test_colours_put_good_links_green_for_every_metric():
+def test_colours_put_good_links_first_on_the_scale_for_every_metric():
     values = np.array([[0.0, 5.0, 200.0], [5.0, 0.0, 50.0], [200.0, 50.0, 0.0]])
     idx, lo, hi = colour_index(values, "alpha", np.eye(3, dtype=bool))
     assert (lo, hi) == (5.0, 200.0)
@@ -97,3 +98,70 @@ def test_estimated_pairs_are_drawn_faded_and_said_so():
     lay = build_layout(f, DTFM_WORKLOAD, "alpha", f.devices, 200, 100)
     assert lay.colour[0, 9] >= ESTIMATED_OFFSET
     assert (lay.colour >= ESTIMATED_OFFSET).sum() == 1
+
+
+async def test_zoom_pans_with_the_cursor_shows_values_and_keeps_the_pair_on_resize():
+    from support import demo_app
+
+    from screens.heatmap_view import Heatmap
+
+    app = demo_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        heatmap = app.screen.query_one(Heatmap)
+        assert heatmap.layout_.level == "label"  # 64 devices do not fit 80 x 24
+        await pilot.press("plus", "plus", "plus", "plus")
+        await pilot.pause()
+        lay = heatmap.layout_
+        assert lay.level == "device" and lay.cell >= 6 and heatmap.visible()[1] < 64
+        for _ in range(20):
+            await pilot.press("right")
+        await pilot.press("down")
+        await pilot.pause()
+        r, c = heatmap.cursor
+        assert heatmap.view[1] <= c < heatmap.view[1] + heatmap.visible()[1]  # the window followed
+        lines = "".join(seg.text for y in range(heatmap.size.height) for seg in heatmap.render_line(y))
+        assert " 5 " in lines or "67" in lines  # values printed in the cells
+        pair = (int(lay.blocks[r][0]), int(lay.blocks[c][0]))
+        await pilot.resize_terminal(160, 48)
+        await pilot.pause()
+        lay = heatmap.layout_
+        r, c = heatmap.cursor
+        assert (int(lay.blocks[r][0]), int(lay.blocks[c][0])) == pair
+        await pilot.press("0")  # back to fitting: the same pair, now at the device level
+        await pilot.pause()
+        lay = heatmap.layout_
+        r, c = heatmap.cursor
+        assert lay.level == "device" and (int(lay.blocks[r][0]), int(lay.blocks[c][0])) == pair
+
+
+async def test_details_show_the_new_region_after_a_relabel():
+    from support import demo_app
+    from textual.widgets import Input
+
+    app = demo_app()
+    async with app.run_test(size=(120, 45)) as pilot:
+        await pilot.press("3", "space")
+        app.screen.query_one("#set-region", Input).value = "Virginia"
+        await pilot.click("#apply")
+        await pilot.pause()
+        await pilot.press("2")
+        await pilot.pause()
+        await pilot.press("down", "up")
+        await pilot.pause()
+        details = str(app.screen.query_one("#pair-details").render())
+        assert "oregon-0:0 (Virginia)" in details
+
+
+async def test_hovering_a_cell_names_the_pair_in_full():
+    from support import demo_app
+
+    from screens.heatmap_view import Heatmap
+
+    app = demo_app()
+    async with app.run_test(size=(120, 45)) as pilot:
+        await pilot.pause()
+        heatmap = app.screen.query_one(Heatmap)
+        await pilot.hover(Heatmap, offset=(1 + heatmap.label_width + 10, 2 + 3))
+        await pilot.pause()
+        assert heatmap.tooltip == "oregon-6:0 -> virginia-2:0: 67"

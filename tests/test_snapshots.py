@@ -11,10 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from support import demo_app, region_pipelines, with_solutions
 from textual.widgets import Input
 
 SIZE = (120, 45)
+#: The sizes every screen is checked at: a default tmux pane and a large terminal.
+SIZES = [(80, 24), (160, 48)]
 
 
 async def steady(pilot) -> None:
@@ -26,15 +29,15 @@ async def steady(pilot) -> None:
 
 class TestFabric:
     def test_worldwide_alpha(self, snap_compare):
-        """The 64-GPU world-wide fabric, one cell per GPU: 8 green blocks on the diagonal
-        (5 ms inside a region), red far pairs (Tokyo/Seoul to Europe). Regions label the rows
-        and columns; the cursor (white cell, ▶ and ▼) sits on oregon-2 -> oregon-1 and the
+        """The 64-GPU world-wide fabric, one cell per GPU: 8 dark (viridis) blocks on the
+        diagonal (5 ms inside a region), bright yellow far pairs (Tokyo/Seoul to Europe). Regions label the rows
+        and columns; the cursor (pink cell on a lighter crosshair, ▶ and ▼) sits on oregon-2 -> oregon-1 and the
         details read alpha 5 ms, beta 2 Gbps, measured. Legend 5 .. 238 ms."""
         assert snap_compare(demo_app(), press=["down", "down", "right"], terminal_size=SIZE, run_before=steady)
 
     def test_worldwide_beta_aggregated_by_label(self, snap_compare):
         """A small terminal (70 x 24): the map aggregates to 8 x 8 region blocks, 'cells: label'.
-        Bandwidth: green = fast. The cursor block is Oregon -> Virginia with 64 pairs measured."""
+        Bandwidth: dark = fast. The cursor block is Oregon -> Virginia with 64 pairs measured."""
         assert snap_compare(demo_app(), press=["b", "right"], terminal_size=(70, 24), run_before=steady)
 
     def test_transfer_time(self, snap_compare):
@@ -133,9 +136,14 @@ class TestOthers:
         assert snap_compare(demo_app(), press=["1"], terminal_size=SIZE, run_before=steady)
 
     def test_help(self, snap_compare):
-        """The help modal over the fabric screen: global keys, then each screen's keys."""
+        """The help modal over the fabric screen, generated from the bindings: 'Everywhere'
+        (1 .. 6 screens, ?, ctrl+s, F2 save as, ctrl+o, q, ctrl+p, esc), then each screen's keys."""
         assert snap_compare(demo_app(), press=["question_mark"], terminal_size=SIZE, run_before=steady)
 
+    def test_help_at_80x24(self, snap_compare):
+        """The help fits 80 x 24: a bordered box no wider than the terminal, scrollable
+        (a scrollbar on its right), its first lines the global keys."""
+        assert snap_compare(demo_app(), press=["question_mark"], terminal_size=(80, 24), run_before=steady)
 
 class TestAdvice:
     def test_solve_with_advice(self, snap_compare):
@@ -154,3 +162,29 @@ class TestAdvice:
 
         assert snap_compare(with_advised_solution(advice_app()), press=["5"], terminal_size=SIZE,
                             run_before=steady)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+class TestEveryScreen:
+    """Each screen with a solution, at 80 x 24 and 160 x 48. On every one: the tab bar on
+    top (the screen's own key lit, the session name after │), the status bar above the
+    footer ('solve #1 done: Comm 51.50 s │ nothing to save'), nothing cut off that the
+    screen cannot scroll to."""
+
+    @pytest.mark.parametrize("key", ["1", "2", "3", "4", "5", "6"])
+    def test_screen(self, snap_compare, size, key):
+        """1 Fleet: 64 demo hosts. 2 Fabric: the heatmap (8 x 8 region blocks at 80 x 24,
+        a cell per GPU at 160 x 48) in viridis, dark = good. 3 Labels: the table and the
+        form. 4 Solve: form, best Comm and histograms. 5 Rank map: the legend of region
+        colours above the grid; at 80 x 24 the grid scrolls sideways. 6 Launch: the plan."""
+        app = demo_app()
+        with_solutions(app, region_pipelines(app.session))
+        assert snap_compare(app, press=[key], terminal_size=size, run_before=steady)
+
+    def test_heatmap_zoomed(self, snap_compare, size):
+        """Zoomed in four steps (+): one block per GPU, 6 characters wide, the value
+        (ms) printed in each cell, the window following the cursor (3 right, 2 down) with
+        a lighter row and column crosshair; device names in the gutter; the legend says
+        'zoom 4 (+/-)'."""
+        presses = ["plus"] * 4 + ["right"] * 3 + ["down"] * 2
+        assert snap_compare(demo_app(), press=presses, terminal_size=size, run_before=steady)
