@@ -1,0 +1,126 @@
+"""Anytime improvement: iterated local search with annealed acceptance and group mixing.
+
+One *walk* starts from the best placement known (the elite) and repeats::
+
+    candidate = descend(perturb(current))            (solver.descent)
+    current   = candidate  if Comm(candidate) < Comm(current)
+                           or  u < exp(-(Comm(candidate) - Comm(current)) / (tau * Comm(current)))
+    best      = min(best, candidate)
+
+Perturbations alternate between two kinds:
+
+- *swaps*: 2 .. 2 + sqrt(N) random swaps, half of them touching a device of the
+  critical structure (the worst stage group, the bottleneck links);
+- *group mix* (a large-neighbourhood move): the devices of 2-3 stage groups, the worst
+  one among them, are pooled and dealt back at random, and the descent repairs them.
+  Swap search moves one device at a time; a mix moves whole blocks, which is what it
+  takes to leave the basins seen on hierarchical fabrics, where a good layout differs
+  from a local optimum by exchanging several hosts between stage groups at once.
+
+Acceptance: tau (relative temperature) falls geometrically from ``TAU_START`` to
+``TAU_END`` over a walk, so early in a walk it crosses ridges of a few percent and late
+it only descends (simulated annealing on the ILS level; Lourenco, Martin and Stuetzle,
+"Iterated Local Search", 2003). A walk is a pure function of its start, its random
+stream and its budget of scored swaps, which is what makes the parallel search
+(solver.workers) reproducible.
+
+Why this mix (measured with ``benchmarks/anytime.py`` on the hierarchical suite, 2
+shared cores, one run): plain restarts-from-best (accept only improvements) stalled
+within a few seconds 1-6% above the best known; annealed acceptance with swap
+perturbations alone kept improving but slowly; adding group mixing gave the steepest
+anytime curve and the smallest seed spread, see the README's anytime table.
+
+Cost: one iteration is a perturbation (O(N)) plus a descent (a few local-search sweeps,
+each O(N^2 D_DP) array work, and partition passes of at most 4 N exact matchings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from solver.descent import Effort, descend
+
+TAU_START = 0.02
+TAU_END = 0.001
+#: Swaps scored per walk when no budget is given, in units of N^2 (one full sweep).
+WALK_SWEEPS = 12
+
+
+@dataclass(eq=False)
+class Walk:
+    """What one walk returns: its best grid, Comm, work, and when it improved."""
+
+    grid: np.ndarray
+    fun: float
+    strategy: str
+    nfev: int
+    nit: int
+    iterations: int
+    trace: list[tuple[float, float]] = field(default_factory=list)  #: (clock, Comm)
+
+
+def _critical(model, grid: np.ndarray) -> np.ndarray:
+    score = model.score_grid(grid)
+    worst = grid[:, int(np.argmax(score.stage_data_p))]
+    ends = np.array([d for pair in score.bottlenecks for d in pair], dtype=int)
+    return np.unique(np.concatenate([worst, ends]))
+
+
+def perturb_swaps(model, grid: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """2 .. 2 + sqrt(N) random swaps, every other one moving a critical device."""
+    out = grid.copy()
+    flat = out.ravel()
+    critical = _critical(model, grid)
+    pos = np.empty(model.n, dtype=int)
+    for k in range(int(rng.integers(2, 3 + int(np.sqrt(model.n))))):
+        pos[flat] = np.arange(flat.size)
+        i = pos[int(rng.choice(critical))] if k % 2 == 0 else int(rng.integers(flat.size))
+        j = int(rng.integers(flat.size))
+        flat[i], flat[j] = flat[j], flat[i]
+    return out
+
+
+def perturb_mix(model, grid: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Pool the devices of the worst stage group and 1-2 others, deal them back at random."""
+    p = grid.shape[1]
+    if p < 2:
+        return perturb_swaps(model, grid, rng)
+    worst = int(np.argmax(model.score_grid(grid).stage_data_p))
+    chosen = [worst] if rng.random() < 0.5 else []  # half the time, leave the worst alone
+    rest = [s for s in range(p) if s not in chosen]
+    need = min(len(rest), int(rng.integers(2, 4)) - len(chosen))
+    cols = chosen + [int(c) for c in rng.choice(rest, size=need, replace=False)]
+    out = grid.copy()
+    pool = out[:, cols].ravel()
+    out[:, cols] = rng.permutation(pool).reshape(grid.shape[0], len(cols))
+    return out
+
+
+def walk(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort: Effort,
+         *, clock: Callable[[], float], on_best: Callable[[float], None] = lambda f: None,
+         strategy_prefix: str = "") -> Walk:
+    """Improve ``grid`` (Comm ``fun``) until ``effort`` says stop; see the module text."""
+    best_grid, best = grid.copy(), fun
+    current, cur = grid.copy(), fun
+    start_budget = max(1, effort.budget - effort.nfev)
+    start_nfev, start_nit = effort.nfev, effort.nit
+    strategy, trace, k = "", [], 0
+    while not effort.should_stop():
+        kind = "group mix" if k % 2 == 0 else "swaps"
+        k += 1
+        cand = (perturb_mix if kind == "group mix" else perturb_swaps)(model, current, rng)
+        state = descend(model, cand, rng, effort)
+        score = state.score
+        done = min(1.0, (effort.nfev - start_nfev) / start_budget)
+        tau = TAU_START * (TAU_END / TAU_START) ** done
+        if score < cur or rng.random() < np.exp(-(score - cur) / (tau * max(cur, 1e-12))):
+            current, cur = state.grid.copy(), score
+        if score < best - 1e-12 * max(1.0, best):
+            best_grid, best = state.grid.copy(), score
+            strategy = f"{strategy_prefix}annealed ILS, {kind} perturbation"
+            trace.append((clock(), best))
+            on_best(best)
+    return Walk(best_grid, best, strategy, effort.nfev - start_nfev, effort.nit - start_nit, k, trace)
