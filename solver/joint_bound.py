@@ -1,0 +1,199 @@
+"""A joint lower bound on Comm that couples DataP and Pipeline through cheap components.
+
+Fix a threshold ``t`` and let ``K_1 .. K_m`` (sizes ``z_c``) be the connected components
+of the graph of device pairs with ``T_pp < t``. Call a pipeline edge *cheap* when its
+bottleneck matching is below ``t``: then every matched pair lies inside one component,
+so the two stage groups hold the same number of devices of each component, i.e. the same
+*component vector* ``v`` (``v_c`` = devices of ``K_c``, ``sum_c v_c = D_DP``). An edge
+that is not cheap costs at least ``t``; every edge costs at least ``m_1``, the cheapest
+link. With ``x`` edges not cheap, the ``D_PP`` groups in pipeline order fall into at
+most ``x + 1`` *runs* of equal vectors; a run of length ``L`` with vector ``v`` uses
+``L v`` devices, so::
+
+    z = sum_j L_j v_j,    sum_j L_j = D_PP,   at most x + 1 terms              (*)
+
+A group with vector ``v`` has DataP at least
+``D(v) = max_{c: v_c > 0} min_{d in K_c} sum_{c'} (sum of the v_c' - [c = c'] smallest
+T_dp[d, .] over K_c' minus d)``, so for each ``x``::
+
+    Comm >= max(P_sep, 2 ((D_PP - 1 - x) m_1 + x t)) + max(D_sep, Dmin(x + 1))
+
+where ``Dmin(q)`` is the least ``max_j D(v_j)`` over decompositions (*) with at most ``q``
+terms, and ``P_sep``, ``D_sep`` are the separate bounds (solver.bounds). The bound for
+``t`` is the minimum over ``x``; the reported bound is the maximum over thresholds.
+Every step relaxes the problem, so the value never exceeds the optimum.
+
+Exactness and cost. ``Dmin(q)`` is computed exactly by depth-first search over the
+vectors with ``D(v) <= delta`` for increasing ``delta``: the last term of a decomposition
+is determined by the others, so ``q`` terms cost ``O((|V| D_PP)^(q - 1))`` checks. It is
+exact for ``q <= QMAX`` and when the search stays under ``NODE_LIMIT`` nodes; beyond
+that ``Dmin`` falls back to ``min_v D(v)`` (a weaker, still valid, value). Thresholds
+are the distinct minimum-spanning-tree weights (where components merge), tried from
+few components to many while the vector count ``|V| <= VECTOR_LIMIT`` and the time
+budget lasts. Building ``D`` costs ``O(N |V| m)``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from scipy.sparse.csgraph import connected_components, minimum_spanning_tree
+
+#: Most component vectors enumerated for one threshold.
+VECTOR_LIMIT = 20_000
+#: Most run terms whose decompositions are searched exactly.
+QMAX = 4
+#: Most search nodes per (threshold, delta) feasibility test before giving up (valid).
+NODE_LIMIT = 200_000
+
+
+def _vectors(z: np.ndarray, r: int) -> np.ndarray | None:
+    """All integer vectors ``0 <= v <= z`` with ``sum v = r`` (None above VECTOR_LIMIT)."""
+    cur = np.zeros((1, 0), dtype=np.int64)
+    left_cap = np.concatenate([np.cumsum(z[::-1])[::-1][1:], [0]])  # capacity after c
+    for c, cap in enumerate(np.minimum(z, r)):
+        used = cur.sum(axis=1)
+        parts = []
+        for k in range(int(cap) + 1):
+            ok = (used + k <= r) & (used + k + left_cap[c] >= r)
+            if ok.any():
+                parts.append(np.hstack([cur[ok], np.full((int(ok.sum()), 1), k, dtype=np.int64)]))
+        cur = np.vstack(parts) if parts else np.zeros((0, c + 1), dtype=np.int64)
+        if len(cur) > VECTOR_LIMIT:
+            return None
+    return cur
+
+
+def _cumulative(t_dp: np.ndarray, labels: np.ndarray, m: int, r: int) -> np.ndarray:
+    """``cum[d, c, k]``: sum of the k smallest ``T_dp[d, e]``, e in component c, e != d."""
+    n = t_dp.shape[0]
+    cum = np.full((n, m, r + 1), np.inf)
+    cum[:, :, 0] = 0.0
+    for c in range(m):
+        members = np.flatnonzero(labels == c)
+        block = t_dp[:, members].copy()
+        block[members, np.arange(len(members))] = np.inf  # d is not its own peer
+        block.sort(axis=1)
+        k = min(r, len(members))
+        cum[:, c, 1:k + 1] = np.cumsum(block[:, :k], axis=1)
+    return cum
+
+
+def _group_data_p(cum: np.ndarray, labels: np.ndarray, vecs: np.ndarray) -> np.ndarray:
+    """``D(v)`` for every row of ``vecs`` (see the module text). O(N |V| m)."""
+    m = vecs.shape[1]
+    out = np.full(len(vecs), -np.inf)
+    cols = np.arange(m)
+    for c in range(m):
+        members = np.flatnonzero(labels == c)
+        present = vecs[:, c] > 0
+        if not present.any() or len(members) == 0:
+            continue
+        idx = vecs[present].copy()
+        idx[:, c] -= 1
+        best = np.full(len(idx), np.inf)
+        for chunk in range(0, len(members), 64):
+            rows = cum[members[chunk:chunk + 64]]  # (d, m, r + 1)
+            vals = rows[:, cols[None, :], idx].sum(axis=2)  # (d, |V|)
+            best = np.minimum(best, vals.min(axis=0))
+        out[present] = np.maximum(out[present], best)
+    return out
+
+
+class _Decompositions:
+    """Exact search for (*) with vectors from an allowed set (see the module text)."""
+
+    def __init__(self, vecs: np.ndarray, allowed: np.ndarray, deadline: float) -> None:
+        self.vecs = vecs[allowed]
+        self.keys = {tuple(v) for v in self.vecs.tolist()}
+        self.deadline = deadline
+        self.nodes = 0
+
+    def feasible(self, rem: np.ndarray, length: int, q: int, first: int = 0) -> bool:
+        """Can ``rem`` be written as at most ``q`` terms ``L v`` with ``sum L = length``?
+
+        Raises OverflowError past NODE_LIMIT nodes or the deadline (the caller then
+        falls back to a weaker valid value)."""
+        self.nodes += 1
+        if self.nodes > NODE_LIMIT or (self.nodes % 1024 == 0 and time.monotonic() > self.deadline):
+            raise OverflowError
+        if length == 0:
+            return not rem.any()
+        if q == 1:
+            if (rem % length).any():
+                return False
+            return tuple((rem // length).tolist()) in self.keys
+        fits = np.flatnonzero((self.vecs[first:] <= rem).all(axis=1)) + first
+        for i in fits.tolist():
+            v = self.vecs[i]
+            for size in range(1, length):
+                left = rem - size * v
+                if (left < 0).any():
+                    break
+                if self.feasible(left, length - size, q - 1, i):
+                    return True
+        return False
+
+
+def _dmin(values: np.ndarray, vecs: np.ndarray, z: np.ndarray, p: int, q: int,
+          deadline: float) -> float:
+    """Least ``delta`` with a decomposition of at most ``q`` terms (or the valid fallback)."""
+    fallback = float(values.min())
+    for delta in np.unique(values):
+        if time.monotonic() > deadline:
+            return fallback
+        search = _Decompositions(vecs, values <= delta, deadline)
+        try:
+            if search.feasible(z.copy(), p, q):
+                return float(delta)
+        except OverflowError:
+            return fallback
+    return np.inf  # no decomposition with q terms at all
+
+
+def threshold_bound(t_pp, t_dp, d_pp, d_dp, t, p_sep, d_sep, deadline) -> float | None:
+    """The bound for one threshold ``t`` (None when there are too many vectors)."""
+    n = t_pp.shape[0]
+    cheap = (t_pp < t) & ~np.eye(n, dtype=bool)
+    m, labels = connected_components(cheap, directed=False)
+    z = np.bincount(labels, minlength=m).astype(np.int64)
+    vecs = _vectors(z, d_dp)
+    if vecs is None or m < 2:
+        return None
+    values = _group_data_p(_cumulative(t_dp, labels, m, d_dp), labels, vecs)
+    m1 = float(t_pp[~np.eye(n, dtype=bool)].min())
+    best = np.inf
+    for x in range(d_pp):
+        pipe = max(p_sep, 2.0 * ((d_pp - 1 - x) * m1 + x * t))
+        if pipe + d_sep >= best:
+            break  # pipe only grows with x and the DataP part is at least d_sep
+        dmin = _dmin(values, vecs, z, d_pp, x + 1, deadline) if x + 1 <= QMAX else float(values.min())
+        best = min(best, pipe + max(d_sep, dmin))
+    return best
+
+
+def thresholds(t_pp: np.ndarray) -> np.ndarray:
+    """Distinct minimum-spanning-tree weights, largest first (fewest components first)."""
+    n = t_pp.shape[0]
+    w = np.where(t_pp > 0, t_pp, np.finfo(float).tiny)
+    np.fill_diagonal(w, 0.0)
+    return np.unique(minimum_spanning_tree(w).data)[::-1]
+
+
+def joint_bound(model, p_sep: float, d_sep: float, time_budget_s: float) -> tuple[float, float | None]:
+    """``(value, threshold)``: the best bound over thresholds (value -inf if none applied)."""
+    w = model.workload
+    if w.d_pp < 2 or w.d_dp < 2:
+        return -np.inf, None
+    deadline = time.monotonic() + time_budget_s
+    best, at = -np.inf, None
+    for t in thresholds(model.t_pp):
+        if time.monotonic() > deadline:
+            break
+        value = threshold_bound(model.t_pp, model.t_dp, w.d_pp, w.d_dp, float(t), p_sep, d_sep, deadline)
+        if value is None:
+            break  # below this threshold there are more components, so more vectors
+        if value > best:
+            best, at = value, float(t)
+    return best, at
