@@ -118,7 +118,8 @@ def _interruptible():
             signal.signal(signal.SIGINT, previous)
 
 
-def run_solve(model, *, seed, budget, restarts, time_limit, progress: bool, seed_orders=None):
+def run_solve(model, *, seed, budget, restarts, time_limit, progress: bool, seed_orders=None,
+              workers=None, bound=None):
     """Solve with an optional rich progress bar on stderr; Ctrl-C keeps the best so far."""
     from solver.search import solve
 
@@ -140,13 +141,15 @@ def run_solve(model, *, seed, budget, restarts, time_limit, progress: bool, seed
                 done = p.nfev / max(p.budget, 1)
                 if time_limit:
                     done = max(done, p.elapsed_s / time_limit)
-                bar.update(task, completed=min(done, 1.0), best=f"best {p.fun:.3f} s ({p.phase})")
+                floor = f", bound {p.bound:.3f}" if p.bound is not None else ""
+                bar.update(task, completed=min(done, 1.0), best=f"best {p.fun:.3f} s{floor} ({p.phase})")
             if state["stop"]:
                 raise StopIteration
 
         try:
             return solve(model, seed=seed, budget=budget, restarts=restarts,
-                         time_limit=time_limit, callback=callback, seed_orders=seed_orders)
+                         time_limit=time_limit, callback=callback, seed_orders=seed_orders,
+                         workers=workers, lower_bound=None if bound is None else bound.value)
         except ValueError as exc:
             raise UserError(str(exc)) from None
         finally:
@@ -177,8 +180,9 @@ def solve_cmd(
     baseline_samples: int = typer.Option(200, "--baseline-samples", min=0, help="Random placements per baseline."),
     seed: int = typer.Option(0, "--seed", help="Random seed (same inputs + seed = same output)."),
     budget: Optional[int] = typer.Option(None, "--budget", min=0, help="Most swaps to score (default grows with N)."),
-    restarts: int = typer.Option(8, "--restarts", min=0, help="Perturbed and random restarts after the topology seeds."),
-    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.001, help="Wall-clock limit in seconds; best so far is kept."),
+    restarts: int = typer.Option(3, "--restarts", min=0, help="Without --time-limit: stop after this many anytime rounds without improvement (0: topology starts only)."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.001, help="Keep improving for this many seconds, then print the best."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Search processes (default: the cores this process may use)."),
     as_json: bool = JSON_OUT,
     record: Optional[Path] = typer.Option(None, "--record", help="Append a run record (JSON line) to this file."),
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bar on stderr (default: when it is a terminal)."),
@@ -189,8 +193,9 @@ def solve_cmd(
     learn: bool = typer.Option(True, "--learn/--no-learn", help="Estimate from measured pairs at the same level before the defaults."),
 ) -> None:
     """Solve the placement: print Comm, baselines, lower bound, locality and rank_map=(...)."""
-    from solver.bounds import lower_bound
+    from solver.bounds import bound_budget_s, lower_bound
     from solver.orders import seed_orders_for
+    from solver.search import SolveStatus
 
     from geoconsole.report import format_solve, solve_json
 
@@ -201,17 +206,17 @@ def solve_cmd(
                                          learn=learn)
     model = _model(fabric, workload)
     show = sys.stderr.isatty() if progress is None else progress
-    result = run_solve(model, seed=seed, budget=budget, restarts=restarts,
-                       time_limit=time_limit, progress=show, seed_orders=seed_orders_for(fabric))
-    doc = solve_json(fabric, model, result, baselines_for(model, baseline_samples, seed),
-                     lower_bound(model))
+    bound = lower_bound(model, bound_budget_s(time_limit))
+    result = run_solve(model, seed=seed, budget=budget, restarts=restarts, time_limit=time_limit,
+                       progress=show, seed_orders=seed_orders_for(fabric), workers=workers, bound=bound)
+    doc = solve_json(fabric, model, result, baselines_for(model, baseline_samples, seed), bound)
     doc["estimated_pairs"] = filled
     if selection is not None:
         doc["selection"] = selection.to_json()
     _emit(doc, as_json, _selection_lines(selection, filled) + format_solve(doc))
     if record is not None:
         _record_solve(record, doc)
-    if result.status == 3:  # cancelled by Ctrl-C: the best so far was printed
+    if result.status == SolveStatus.CANCELLED:  # Ctrl-C: the best so far was printed
         raise typer.Exit(int(ExitCode.INTERRUPTED))
 
 
@@ -245,6 +250,10 @@ def _record_solve(path: Path, doc: dict) -> None:
         "data_p_s": doc["score"]["data_p_s"],
         "pipeline_s": doc["score"]["pipeline_s"],
         "lower_bound_s": doc["lower_bound"]["comm_s"],
+        "lower_bound_method": doc["lower_bound"]["method"],
+        "workers": doc["search"]["workers"],
+        "found_by": doc["search"]["best_start"],
+        "trace": doc["search"]["trace"],
         "baselines": doc["baselines"],
         "rank_map": doc["rank_map"],
         "estimated_pairs": doc.get("estimated_pairs", 0),
@@ -323,18 +332,20 @@ def demo_cmd(
     as_json: bool = JSON_OUT,
 ) -> None:
     """Solve the built-in world-wide DT-FM fabric and a synthetic two-datacenter one."""
-    from solver.bounds import lower_bound
+    from solver.bounds import bound_budget_s, lower_bound
 
     from geoconsole.demo_fabrics import DEMOS
-    from geoconsole.report import solve_json
+    from geoconsole.report import gap_words, solve_json
 
     docs = {}
     for name, (make, workload) in DEMOS.items():
         fabric = make()
         model = _model(fabric, workload)
-        result = run_solve(model, seed=seed, budget=None, restarts=8, time_limit=None, progress=False)
-        docs[name] = solve_json(fabric, model, result, baselines_for(model, baseline_samples, seed),
-                                lower_bound(model))
+        bound = lower_bound(model, bound_budget_s(None))
+        # topology starts only: the demo shows the reference layouts, at once
+        result = run_solve(model, seed=seed, budget=None, restarts=0, time_limit=None, progress=False,
+                           bound=bound)
+        docs[name] = solve_json(fabric, model, result, baselines_for(model, baseline_samples, seed), bound)
         docs[name]["synthetic"] = bool(fabric.meta.get("synthetic"))
     if as_json:
         typer.echo(json.dumps(docs, indent=1))
@@ -345,7 +356,7 @@ def demo_cmd(
         typer.echo(f"  placement score  {doc['score']['comm_s']:.2f} s")
         for b in doc["baselines"]:
             typer.echo(f"  {b['name']:<20} median {b['median']:.2f} s  ->  {b['ratio_median']:.2f}x")
-        typer.echo(f"  lower bound      {doc['lower_bound']['comm_s']:.2f} s")
+        typer.echo(f"  lower bound      {doc['lower_bound']['comm_s']:.2f} s; {gap_words(doc['lower_bound'])}")
 
 
 def selftest_cmd() -> None:

@@ -204,10 +204,10 @@ class SolveScreen(ConsoleScreen):
 
     def _solve_and_report(self, model: Any, fabric: Fabric, options: SolveOptions, digest: str) -> None:
         from solver.baselines import random_rank_maps, random_stage_groups
-        from solver.bounds import lower_bound
+        from solver.bounds import bound_budget_s, lower_bound
         from solver.search import solve
 
-        bound = lower_bound(model).value
+        bound = lower_bound(model, bound_budget_s(options.time_limit)).value
         self.post_message(self.Started(bound))
         last = [0.0]
 
@@ -222,6 +222,7 @@ class SolveScreen(ConsoleScreen):
         result = solve(
             model, seed=options.seed, budget=options.budget, restarts=options.restarts,
             time_limit=options.time_limit, callback=callback, seed_orders=seed_orders(fabric),
+            lower_bound=bound,  # worker processes: cancel stops them all, the UI thread stays free
         )
         samples = baseline_samples(model.n)
         baselines = {}
@@ -257,7 +258,7 @@ class SolveScreen(ConsoleScreen):
         solution = Solution(
             name=f"solve #{number}", rank_map=np.asarray(r.x), fun=float(r.fun),
             workload=message.options.workload, digest=message.digest, created_at=iso(self.app.clock),
-            bound=message.bound, status=str(r.status), message=r.message, seed=message.options.seed,
+            bound=message.bound, status=str(int(r.status)), message=r.message, seed=message.options.seed,
             nit=int(r.nit), nfev=int(r.nfev), elapsed_s=float(r.elapsed_s),
             history=[(float(t), float(v)) for t, v in r.history], baselines=message.baselines,
         )
@@ -269,7 +270,7 @@ class SolveScreen(ConsoleScreen):
         text.append(f"best Comm {fun:.2f} s", style="bold green")
         if self.bound is not None:
             gap = (fun - self.bound) / fun * 100 if fun > 0 else 0.0
-            text.append(f"   lower bound {self.bound:.2f} s   gap {gap:.1f}%")
+            text.append(f"   lower bound {self.bound:.2f} s   gap (Comm - bound)/Comm {gap:.1f}%")
         text.append(f"\n{nit} improvements, {nfev} swaps scored, {elapsed:.1f} s, {phase}")
         if done:
             text.append(f"\n{done}", style="bold")

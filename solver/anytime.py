@@ -46,7 +46,7 @@ from solver.descent import Effort, descend
 TAU_START = 0.02
 TAU_END = 0.001
 #: Swaps scored per walk when no budget is given, in units of N^2 (one full sweep).
-WALK_SWEEPS = 12
+WALK_SWEEPS = 20
 
 
 @dataclass(eq=False)

@@ -68,6 +68,11 @@ def _forest_weight(t: np.ndarray, trees: int) -> float:
     return float(mst[: n - trees].sum())
 
 
+def bound_budget_s(time_limit: float | None) -> float:
+    """Seconds for the joint bound within a solve: 1 s, or 5% of a time limit (0.2-10 s)."""
+    return DEFAULT_BOUND_BUDGET_S if time_limit is None else min(10.0, max(0.2, 0.05 * time_limit))
+
+
 def lower_bound(model: CostModel, time_budget_s: float = DEFAULT_BOUND_BUDGET_S) -> Bound:
     """A lower bound on Comm over every placement: the better of the separate and the
     joint bound, the latter given ``time_budget_s`` seconds (0: separate only)."""

@@ -18,7 +18,7 @@ it is given; otherwise it reports a lower bound beside its answer (solver.bounds
 Stop rule. With ``time_limit`` the rounds go on until the limit (or ``budget``, when one
 is given). Without it, the rounds stop after ``restarts`` consecutive rounds that did not
 improve the best (default DEFAULT_PATIENCE), or when ``budget`` scored swaps are used
-(default ``default_budget(N)`` for the starts plus ``rounds_budget(N)``); the
+(default ``default_budget(N)`` for the starts plus ``rounds_budget(N, workers)``); the
 output is then a pure function of the instance, ``seed``, ``workers`` and options.
 Reaching ``lower_bound`` ends the search as optimal. Cost per local-search batch is
 O(N D_DP); see solver.anytime for a round.
@@ -26,6 +26,7 @@ O(N D_DP); see solver.anytime for a round.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -47,6 +48,8 @@ SKIP_START_RATIO = 1.25
 
 #: Rounds without improvement before the search stops when no time limit is set.
 DEFAULT_PATIENCE = 3
+#: Most anytime rounds under the default stop rule (no budget, no time limit).
+MAX_DEFAULT_ROUNDS = 6
 
 
 class SolveStatus(IntEnum):
@@ -123,11 +126,14 @@ def default_budget(n: int) -> int:
     return int(max(sweeps * n * n, 200_000))
 
 
-def rounds_budget(n: int) -> int:
+def rounds_budget(n: int, workers: int) -> int:
     """Swaps scored by the anytime rounds when neither a budget nor a time limit is given:
-    twice ``default_budget`` up to 512 devices, half of it beyond (the starts already take
-    most of a minute at 1024 devices)."""
-    return int(default_budget(n) * (2 if n <= 512 else 0.5))
+    up to 512 devices, MAX_DEFAULT_ROUNDS rounds of every worker's walk (WALK_SWEEPS
+    sweeps of N^2 swaps each); beyond, half of ``default_budget`` (the starts already
+    take most of a minute at 1024 devices)."""
+    if n <= 512:
+        return MAX_DEFAULT_ROUNDS * WALK_SWEEPS * n * n * workers
+    return default_budget(n) // 2
 
 
 def _orders(model: CostModel, extra: Sequence[Sequence[int]] | None) -> list[tuple[str, np.ndarray]]:
@@ -272,7 +278,7 @@ def _starts_phase(run: _Run, model: CostModel, rng, seed_orders) -> None:
 def _rounds_plan(run: _Run, model: CostModel, seed: int, patience: int, budget_given: bool,
                  workers: int) -> Rounds:
     n2 = model.n * model.n
-    left = max(0, run.budget - run.nfev) if budget_given else rounds_budget(model.n)
+    left = max(0, run.budget - run.nfev) if budget_given else rounds_budget(model.n, workers)
     walk = max(n2, min(WALK_SWEEPS * n2, left // max(1, workers)))
     if run.deadline is not None and not budget_given:
         left = 1 << 62
@@ -320,7 +326,7 @@ def solve(
     seed : random seed; equal inputs, seed and workers give equal output (unless
         time-limited).
     budget : most swaps to score (default ``default_budget(N)`` for the starts and as
-        ``rounds_budget(N)`` for the anytime rounds; unlimited rounds with a time limit).
+        ``rounds_budget(N, workers)`` for the anytime rounds; unlimited rounds with a time limit).
     restarts : anytime rounds without improvement before the search stops (no time limit).
     time_limit : wall-clock seconds; the search improves until then, the best is returned.
     callback : called with a SolveProgress at most every 0.1 s and on each improvement;
@@ -343,13 +349,19 @@ def solve(
         run.offer(exact_grid, model.score_grid(exact_grid).comm, "enumeration")
         run.status = OPTIMAL
     else:
-        pool = WorkerPool(model, workers if restarts > 0 or time_limit else 1)
+        anytime = restarts > 0 or time_limit is not None
+        pool = WorkerPool(model, workers if anytime else 1)
+        # processes start (forkserver, imports) while this one descends the starts
+        starter = threading.Thread(target=pool.start, name="solver-pool-start", daemon=True)
+        starter.start()
         try:
             _starts_phase(run, model, rng, seed_orders)
-            if restarts > 0 or time_limit is not None:
+            starter.join()
+            if anytime:
                 plan = _rounds_plan(run, model, seed, restarts, budget is not None, workers)
                 errors = _rounds_phase(run, model, pool, plan)
         finally:
+            starter.join()
             pool.close()
     return _result(run, model, seed, restarts, workers, errors)
 

@@ -81,7 +81,7 @@ def _context():
     methods = mp.get_all_start_methods()
     ctx = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
     if "forkserver" in methods:
-        ctx.set_forkserver_preload(["numpy", "scipy.sparse.csgraph", "solver.anytime"])
+        ctx.set_forkserver_preload(["numpy", "scipy.sparse.csgraph", "solver.workers"])
     return ctx
 
 
@@ -97,8 +97,27 @@ def _one_walk(model, index, k, grid, fun, plan: Rounds, stop, on_best) -> Walk:
                 on_best=on_best, strategy_prefix=f"worker {index}: ")
 
 
+def _orphan_check(every: int = 256) -> Callable[[], bool]:
+    """True once the coordinating process is gone (tested every ``every`` calls)."""
+    parent = mp.parent_process()
+    calls = [0]
+
+    def gone() -> bool:
+        calls[0] += 1
+        if parent is None or calls[0] % every:
+            return False
+        return bool(wait([parent.sentinel], timeout=0))
+
+    return gone
+
+
 def _worker_main(conn, stop_event, model, index: int) -> None:
-    """Body of a worker process: run walks on request until told to quit."""
+    """Body of a worker process: run walks on request until told to quit (or orphaned)."""
+    orphaned = _orphan_check()
+
+    def stop() -> bool:
+        return stop_event.is_set() or orphaned()
+
     while True:
         try:
             msg = conn.recv()
@@ -107,7 +126,7 @@ def _worker_main(conn, stop_event, model, index: int) -> None:
         if msg[0] != "walk":
             return
         _, k, grid, fun, plan = msg
-        done = _one_walk(model, index, k, grid, fun, plan, stop_event.is_set,
+        done = _one_walk(model, index, k, grid, fun, plan, stop,
                          lambda f: conn.send(("best", index, f, time.monotonic())))
         conn.send(("done", index, k, done))
 
@@ -122,12 +141,26 @@ class WorkerPool:
         self.live: list[int] = []
         self.errors: list[str] = []
         self.stop_event = None
+
+    def start(self) -> None:
+        """Start the worker processes (none for one worker); may run in a helper thread.
+
+        If processes cannot be started, the walks run in this process and ``errors``
+        says why."""
+        try:
+            self._start()
+        except (OSError, RuntimeError, ValueError) as exc:
+            self.close()
+            self.errors.append(f"worker processes could not start ({exc}); searched in-process")
+            self.workers = 1
+
+    def _start(self) -> None:
         if self.workers > 1:
             ctx = _context()
             self.stop_event = ctx.Event()
             for w in range(self.workers):
                 parent, child = ctx.Pipe()
-                proc = ctx.Process(target=_worker_main, args=(child, self.stop_event, model, w),
+                proc = ctx.Process(target=_worker_main, args=(child, self.stop_event, self.model, w),
                                    daemon=True, name=f"geoconsole-solver-{w}")
                 proc.start()
                 child.close()
