@@ -33,7 +33,7 @@ from solver.joint_bound import joint_bound
 
 SEPARATE = "separate: DataP and Pipeline bounded apart"
 #: Seconds the joint bound may take when the caller gives no budget.
-DEFAULT_BOUND_BUDGET_S = 1.0
+DEFAULT_BOUND_BUDGET_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def _forest_weight(t: np.ndarray, trees: int) -> float:
 
 
 def bound_budget_s(time_limit: float | None) -> float:
-    """Seconds for the joint bound within a solve: 1 s, or 5% of a time limit (0.2-10 s)."""
+    """Seconds for the joint bound within a solve: 0.5 s, or 5% of a time limit (0.2-10 s)."""
     return DEFAULT_BOUND_BUDGET_S if time_limit is None else min(10.0, max(0.2, 0.05 * time_limit))
 
 

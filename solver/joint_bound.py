@@ -29,8 +29,9 @@ is determined by the others, so ``q`` terms cost ``O((|V| D_PP)^(q - 1))`` check
 exact for ``q <= QMAX`` and when the search stays under ``NODE_LIMIT`` nodes; beyond
 that ``Dmin`` falls back to ``min_v D(v)`` (a weaker, still valid, value). Thresholds
 are the distinct minimum-spanning-tree weights (where components merge), tried from
-few components to many while the vector count ``|V| <= VECTOR_LIMIT`` and the time
-budget lasts. Building ``D`` costs ``O(N |V| m)``.
+few components to many while the vector count ``|V| <= VECTOR_LIMIT`` and the budget
+lasts. The budget is counted in search nodes (NODES_PER_SECOND per second asked for),
+so the value does not depend on machine load. Building ``D`` costs ``O(N |V| m)``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,22 @@ VECTOR_LIMIT = 20_000
 QMAX = 4
 #: Most search nodes per (threshold, delta) feasibility test before giving up (valid).
 NODE_LIMIT = 200_000
+#: Search nodes granted per second of time budget. The budget is counted in nodes, not
+#: read from the clock, so the bound is the same on a fast and on a loaded machine; the
+#: clock is only a safety net at SAFETY x the budget.
+NODES_PER_SECOND = 40_000
+SAFETY = 4.0
+
+
+class _Work:
+    """Search nodes left for the whole bound, and the safety deadline."""
+
+    def __init__(self, seconds: float) -> None:
+        self.left = int(NODES_PER_SECOND * seconds)
+        self.deadline = time.monotonic() + SAFETY * seconds + 0.5
+
+    def spent(self) -> bool:
+        return self.left <= 0 or time.monotonic() > self.deadline
 
 
 def _vectors(z: np.ndarray, r: int) -> np.ndarray | None:
@@ -104,19 +121,21 @@ def _group_data_p(cum: np.ndarray, labels: np.ndarray, vecs: np.ndarray) -> np.n
 class _Decompositions:
     """Exact search for (*) with vectors from an allowed set (see the module text)."""
 
-    def __init__(self, vecs: np.ndarray, allowed: np.ndarray, deadline: float) -> None:
+    def __init__(self, vecs: np.ndarray, allowed: np.ndarray, work: _Work) -> None:
         self.vecs = vecs[allowed]
         self.keys = {tuple(v) for v in self.vecs.tolist()}
-        self.deadline = deadline
+        self.work = work
         self.nodes = 0
 
     def feasible(self, rem: np.ndarray, length: int, q: int, first: int = 0) -> bool:
         """Can ``rem`` be written as at most ``q`` terms ``L v`` with ``sum L = length``?
 
-        Raises OverflowError past NODE_LIMIT nodes or the deadline (the caller then
-        falls back to a weaker valid value)."""
+        Raises OverflowError past NODE_LIMIT nodes or when the work is spent (the caller
+        then falls back to a weaker valid value)."""
         self.nodes += 1
-        if self.nodes > NODE_LIMIT or (self.nodes % 1024 == 0 and time.monotonic() > self.deadline):
+        self.work.left -= 1
+        if self.nodes > NODE_LIMIT or self.work.left <= 0 or (
+                self.nodes % 1024 == 0 and time.monotonic() > self.work.deadline):
             raise OverflowError
         if length == 0:
             return not rem.any()
@@ -137,13 +156,13 @@ class _Decompositions:
 
 
 def _dmin(values: np.ndarray, vecs: np.ndarray, z: np.ndarray, p: int, q: int,
-          deadline: float) -> float:
+          work: _Work) -> float:
     """Least ``delta`` with a decomposition of at most ``q`` terms (or the valid fallback)."""
     fallback = float(values.min())
     for delta in np.unique(values):
-        if time.monotonic() > deadline:
+        if work.spent():
             return fallback
-        search = _Decompositions(vecs, values <= delta, deadline)
+        search = _Decompositions(vecs, values <= delta, work)
         try:
             if search.feasible(z.copy(), p, q):
                 return float(delta)
@@ -152,7 +171,100 @@ def _dmin(values: np.ndarray, vecs: np.ndarray, z: np.ndarray, p: int, q: int,
     return np.inf  # no decomposition with q terms at all
 
 
-def threshold_bound(t_pp, t_dp, d_pp, d_dp, t, p_sep, d_sep, deadline) -> float | None:
+def _pair_floor(t_pp: np.ndarray, labels: np.ndarray, m: int) -> np.ndarray:
+    """``C[c, c']``: the cheapest link between components c and c' (inside c on the diagonal)."""
+    n = t_pp.shape[0]
+    off = np.where(np.eye(n, dtype=bool), np.inf, t_pp)
+    out = np.full((m, m), np.inf)
+    for c in range(m):
+        rows = off[labels == c]
+        for c2 in range(m):
+            out[c, c2] = rows[:, labels == c2].min()
+    return out
+
+
+class _EdgeFloor:
+    """``B(v, v')``: least bottleneck over transport plans between two component vectors.
+
+    An edge between stage groups with vectors v and v' matches v_c devices of component c
+    to devices of v', so it costs at least the least threshold theta at which a plan
+    using only pairs with ``C[c, c'] <= theta`` exists. Feasibility by Hall's condition
+    over the 2^m row subsets: ``sum_{c in S} v_c <= sum_{c' in N(S)} v'_c'``."""
+
+    def __init__(self, floor: np.ndarray, vecs: np.ndarray, work: _Work) -> None:
+        self.floor, self.vecs, self.work = floor, vecs, work
+        m = floor.shape[0]
+        self.cost = 4 + (1 << m) * m // 32  # in search nodes, for the work budget
+        self.levels = np.unique(floor[np.isfinite(floor)])
+        self.subsets = ((np.arange(1, 1 << m)[:, None] >> np.arange(m)) & 1).astype(bool)
+        self.cache: dict[tuple[int, int], float] = {}
+
+    def __call__(self, i: int, j: int) -> float:
+        key = (i, j) if i < j else (j, i)
+        if key not in self.cache:
+            self.cache[key] = self._solve(self.vecs[key[0]], self.vecs[key[1]])
+            self.work.left -= self.cost
+        return self.cache[key]
+
+    def _solve(self, v: np.ndarray, w: np.ndarray) -> float:
+        for theta in self.levels:
+            allowed = self.floor <= theta
+            need = self.subsets @ v
+            reach = (self.subsets.astype(int) @ allowed.astype(int)) > 0  # N(S) per subset
+            if (need <= reach @ w).all():
+                return float(theta)
+        return float(self.levels[-1])
+
+
+def _ordered_cost(pieces: list[int], edge: _EdgeFloor) -> float:
+    """Least sum of B over consecutive pieces, over orders with consecutive pieces distinct."""
+    from itertools import permutations
+
+    best = np.inf
+    for order in set(permutations(pieces)):
+        if any(a == b for a, b in zip(order, order[1:])):
+            continue
+        best = min(best, sum(edge(a, b) for a, b in zip(order, order[1:])))
+    return best
+
+
+class _Runs:
+    """All decompositions (*) into exactly ``q`` pieces, scored with ordered edge floors."""
+
+    def __init__(self, vecs, values, edge: _EdgeFloor, work: _Work, score) -> None:
+        self.vecs, self.values, self.edge, self.work, self.score = vecs, values, edge, work, score
+        self.index = {tuple(v): i for i, v in enumerate(vecs.tolist())}
+        self.best = np.inf
+        self.nodes = 0
+
+    def search(self, rem, length, q, first, chosen, dmax, cap) -> None:
+        self.nodes += 1
+        self.work.left -= 1
+        if self.nodes > NODE_LIMIT or self.work.left <= 0 or (
+                self.nodes % 256 == 0 and time.monotonic() > self.work.deadline):
+            raise OverflowError
+        if q == 1:
+            if (rem % length).any():
+                return
+            last = self.index.get(tuple((rem // length).tolist()))
+            if last is None or last < first or self.values[last] > cap:
+                return
+            pieces = chosen + [last]
+            self.work.left -= 8 * len(pieces) ** 2  # orders and edge floors cost more than a node
+            d = max(dmax, float(self.values[last]))
+            self.best = min(self.best, self.score(d, _ordered_cost(pieces, self.edge)))
+            return
+        ok = (self.vecs[first:] <= rem).all(axis=1) & (self.values[first:] <= cap)
+        for i in (np.flatnonzero(ok) + first).tolist():
+            v = self.vecs[i]
+            for size in range(1, length - q + 2):
+                left = rem - size * v
+                if (left < 0).any():
+                    break
+                self.search(left, length - size, q - 1, i, chosen + [i], max(dmax, float(self.values[i])), cap)
+
+
+def threshold_bound(t_pp, t_dp, d_pp, d_dp, t, p_sep, d_sep, work: _Work) -> float | None:
     """The bound for one threshold ``t`` (None when there are too many vectors)."""
     n = t_pp.shape[0]
     cheap = (t_pp < t) & ~np.eye(n, dtype=bool)
@@ -162,15 +274,32 @@ def threshold_bound(t_pp, t_dp, d_pp, d_dp, t, p_sep, d_sep, deadline) -> float 
     if vecs is None or m < 2:
         return None
     values = _group_data_p(_cumulative(t_dp, labels, m, d_dp), labels, vecs)
+    work.left -= len(vecs) * n // 64  # building D counts against the budget too
     m1 = float(t_pp[~np.eye(n, dtype=bool)].min())
+    edge = _EdgeFloor(_pair_floor(t_pp, labels, m), vecs, work)
     best = np.inf
     for x in range(d_pp):
         pipe = max(p_sep, 2.0 * ((d_pp - 1 - x) * m1 + x * t))
         if pipe + d_sep >= best:
             break  # pipe only grows with x and the DataP part is at least d_sep
-        dmin = _dmin(values, vecs, z, d_pp, x + 1, deadline) if x + 1 <= QMAX else float(values.min())
-        best = min(best, pipe + max(d_sep, dmin))
+        best = min(best, _bound_for(x, pipe, m1, d_pp, p_sep, d_sep, vecs, values, z, edge, work, best))
     return best
+
+
+def _bound_for(x, pipe, m1, d_pp, p_sep, d_sep, vecs, values, z, edge, work, best) -> float:
+    """Least Comm floor over placements with exactly ``x`` edges not cheap."""
+    if x + 1 > QMAX:
+        return pipe + max(d_sep, float(values.min()))
+
+    def score(dmax: float, edges: float) -> float:
+        return max(d_sep, dmax) + max(p_sep, 2.0 * ((d_pp - 1 - x) * m1 + edges))
+
+    runs = _Runs(vecs, values, edge, work, score)
+    try:
+        runs.search(z.copy(), d_pp, x + 1, 0, [], -np.inf, best - pipe + 1e-12 if np.isfinite(best) else np.inf)
+    except OverflowError:  # too many decompositions: the weaker run-count bound
+        return pipe + max(d_sep, _dmin(values, vecs, z, d_pp, x + 1, work))
+    return runs.best
 
 
 def thresholds(t_pp: np.ndarray) -> np.ndarray:
@@ -186,12 +315,12 @@ def joint_bound(model, p_sep: float, d_sep: float, time_budget_s: float) -> tupl
     w = model.workload
     if w.d_pp < 2 or w.d_dp < 2:
         return -np.inf, None
-    deadline = time.monotonic() + time_budget_s
+    work = _Work(time_budget_s)
     best, at = -np.inf, None
     for t in thresholds(model.t_pp):
-        if time.monotonic() > deadline:
+        if work.spent():
             break
-        value = threshold_bound(model.t_pp, model.t_dp, w.d_pp, w.d_dp, float(t), p_sep, d_sep, deadline)
+        value = threshold_bound(model.t_pp, model.t_dp, w.d_pp, w.d_dp, float(t), p_sep, d_sep, work)
         if value is None:
             break  # below this threshold there are more components, so more vectors
         if value > best:
