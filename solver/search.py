@@ -231,7 +231,10 @@ class _Run:
 
 
 class _Effort:
-    """solver.descent's Effort view of a _Run (the starts share the run's counters)."""
+    """solver.descent's Effort view of a _Run (the starts share the run's counters; their
+    polishing is not charged, so ``default_budget`` keeps meaning swaps)."""
+
+    charge_polish = False
 
     def __init__(self, run: _Run) -> None:
         self.run = run

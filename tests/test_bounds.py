@@ -8,7 +8,9 @@ from solver.cost import CostModel
 from solver.joint_bound import _vectors, joint_bound
 from solver_oracles import brute_force_optimum, random_model
 
-SHAPES = [(2, 2), (2, 3), (3, 2), (2, 4), (4, 2), (3, 3), (2, 5), (5, 2), (3, 4), (4, 3), (2, 6), (6, 2)]
+SHAPES = [(2, 2), (2, 3), (3, 2), (2, 4), (4, 2), (3, 3), (2, 5), (5, 2)] + [
+    pytest.param(p, r, marks=pytest.mark.slow) for p, r in [(3, 4), (4, 3), (2, 6), (6, 2)]
+]
 
 
 @pytest.mark.parametrize("d_pp, d_dp", SHAPES)
