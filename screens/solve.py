@@ -270,7 +270,7 @@ class SolveScreen(ConsoleScreen):
         text.append(f"best Comm {fun:.2f} s", style="bold green")
         if self.bound is not None:
             gap = (fun - self.bound) / fun * 100 if fun > 0 else 0.0
-            text.append(f"   lower bound {self.bound:.2f} s   gap (Comm - bound)/Comm {gap:.1f}%")
+            text.append(f"   lower bound {self.bound:.2f} s\ngap (Comm - bound)/Comm {gap:.1f}%")
         text.append(f"\n{nit} improvements, {nfev} swaps scored, {elapsed:.1f} s, {phase}")
         if done:
             text.append(f"\n{done}", style="bold")

@@ -51,7 +51,7 @@ NODE_LIMIT = 200_000
 #: read from the clock, so the bound is the same on a fast and on a loaded machine; the
 #: clock is only a safety net at SAFETY x the budget.
 NODES_PER_SECOND = 40_000
-SAFETY = 4.0
+SAFETY = 10.0
 
 
 class _Work:
