@@ -29,7 +29,7 @@ from solver.orders import seed_orders_for  # noqa: E402
 from solver.search import solve  # noqa: E402
 
 MARKS = (1, 3, 10, 30, 120)
-DEFAULT_LONG = ("h48-4x12", "h64-8x8", "h96-12x8")
+DEFAULT_LONG = ("h48-4x12", "h80-10x8")
 
 
 def best_at(history, t: float) -> float:

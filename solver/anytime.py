@@ -17,6 +17,10 @@ Perturbations alternate between two kinds:
   takes to leave the basins seen on hierarchical fabrics, where a good layout differs
   from a local optimum by exchanging several hosts between stage groups at once.
 
+Every other walk (alternating over workers and rounds) is *hot-started*: it first runs
+a heat-bath annealing from the elite (solver.anneal) over most of its budget, then the
+ILS from where that ended, so some walks always explore far from the elite.
+
 Acceptance: tau (relative temperature) falls geometrically from ``TAU_START`` to
 ``TAU_END`` over a walk, so early in a walk it crosses ridges of a few percent and late
 it only descends (simulated annealing on the ILS level; Lourenco, Martin and Stuetzle,
@@ -41,12 +45,17 @@ from typing import Callable
 
 import numpy as np
 
+from solver.anneal import anneal
 from solver.descent import Effort, descend
 
 TAU_START = 0.02
 TAU_END = 0.001
 #: Swaps scored per walk when no budget is given, in units of N^2 (one full sweep).
 WALK_SWEEPS = 20
+#: The same with a time limit: longer walks, so hot-started ones can anneal far.
+WALK_SWEEPS_TIMED = 200
+#: Share of a hot-started walk's budget spent annealing before the ILS takes over.
+ANNEAL_SHARE = 0.8
 
 
 @dataclass(eq=False)
@@ -101,13 +110,23 @@ def perturb_mix(model, grid: np.ndarray, rng: np.random.Generator) -> np.ndarray
 
 def walk(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort: Effort,
          *, clock: Callable[[], float], on_best: Callable[[float], None] = lambda f: None,
-         strategy_prefix: str = "") -> Walk:
-    """Improve ``grid`` (Comm ``fun``) until ``effort`` says stop; see the module text."""
+         strategy_prefix: str = "", hot_start: bool = False) -> Walk:
+    """Improve ``grid`` (Comm ``fun``) until ``effort`` says stop; see the module text.
+
+    ``hot_start``: spend the first ANNEAL_SHARE of the budget on a heat-bath annealing
+    run from ``grid`` (solver.anneal) and continue the ILS from where it ended."""
     best_grid, best = grid.copy(), fun
     current, cur = grid.copy(), fun
     start_budget = max(1, effort.budget - effort.nfev)
     start_nfev, start_nit = effort.nfev, effort.nit
     strategy, trace, k = "", [], 0
+    if hot_start and not effort.should_stop():
+        current, cur = anneal(model, grid, rng, effort, evals=int(ANNEAL_SHARE * start_budget))
+        if cur < best - 1e-12 * max(1.0, best):
+            best_grid, best = current.copy(), cur
+            strategy = f"{strategy_prefix}heat-bath annealing"
+            trace.append((clock(), best))
+            on_best(best)
     while not effort.should_stop():
         kind = "group mix" if k % 2 == 0 else "swaps"
         k += 1

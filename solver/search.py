@@ -36,7 +36,7 @@ import numpy as np
 from scipy.cluster.hierarchy import leaves_list, linkage
 from scipy.spatial.distance import squareform
 
-from solver.anytime import WALK_SWEEPS
+from solver.anytime import WALK_SWEEPS, WALK_SWEEPS_TIMED
 from solver.cost import CostModel, Score, rank_map_from_grid
 from solver.descent import descend, polish
 from solver.enumerate import optimal_grid
@@ -282,7 +282,8 @@ def _rounds_plan(run: _Run, model: CostModel, seed: int, patience: int, budget_g
                  workers: int) -> Rounds:
     n2 = model.n * model.n
     left = max(0, run.budget - run.nfev) if budget_given else rounds_budget(model.n, workers)
-    walk = max(n2, min(WALK_SWEEPS * n2, left // max(1, workers)))
+    sweeps = WALK_SWEEPS_TIMED if run.deadline is not None else WALK_SWEEPS
+    walk = max(n2, min(sweeps * n2, left // max(1, workers)))
     if run.deadline is not None and not budget_given:
         left = 1 << 62
     return Rounds(seed=seed, walk_evals=int(walk), patience=patience, budget=int(left),
@@ -362,6 +363,10 @@ def solve(
             starter.join()
             if anytime:
                 plan = _rounds_plan(run, model, seed, restarts, budget is not None, workers)
+                if budget is None:  # the default budget bounded the starts, not the rounds
+                    run.budget = run.nfev + plan.budget
+                    if run.status == BUDGET:
+                        run.status = CONVERGED
                 errors = _rounds_phase(run, model, pool, plan)
         finally:
             starter.join()

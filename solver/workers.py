@@ -1,7 +1,8 @@
 """Parallel anytime search: walks in worker processes, in rounds, sharing the best.
 
 Round ``k`` hands every worker ``w`` the best placement known (the elite) and a random
-stream seeded ``(seed, w, k)``; each runs one walk (solver.anytime) for a fixed number of
+stream seeded ``(seed, w, k)``; each runs one walk (solver.anytime; hot-started with
+annealing when ``w + k`` is odd) for a fixed number of
 scored swaps, or until the deadline or a cancel. When every worker has answered, the
 best walk (ties: lowest worker index) becomes the elite of round ``k + 1``. Without a
 deadline a round is a pure function of the elite, the seed and the worker count, so the
@@ -94,7 +95,7 @@ def _one_walk(model, index, k, grid, fun, plan: Rounds, stop, on_best) -> Walk:
 
     rng = np.random.default_rng([plan.seed, index, k])
     return walk(model, grid, fun, rng, Effort(plan.walk_evals, should_stop), clock=clock,
-                on_best=on_best, strategy_prefix=f"worker {index}: ")
+                on_best=on_best, strategy_prefix=f"worker {index}: ", hot_start=(index + k) % 2 == 1)
 
 
 def _orphan_check(every: int = 256) -> Callable[[], bool]:
