@@ -19,7 +19,6 @@ from __future__ import annotations
 import numpy as np
 
 from solver.descent import Effort, descend
-from solver.localsearch import GridState
 
 TAU_HOT = 0.15
 TAU_COLD = 1e-4
@@ -29,7 +28,7 @@ def anneal(model, grid: np.ndarray, rng: np.random.Generator, effort: Effort,
            *, evals: int) -> tuple[np.ndarray, float]:
     """Anneal from ``grid`` for about ``evals`` scored swaps; ``(best grid, its Comm)``
     after the final descent."""
-    state = GridState(model, grid)
+    state = model.incremental(grid)
     n = model.n
     start = effort.nfev
     hot, cold = TAU_HOT * state.score, TAU_COLD * state.score

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from solver.localsearch import GridState, local_search
+from solver.localsearch import local_search
 from solver.partition_moves import partition_pass
 
 
@@ -68,12 +68,12 @@ def _better(a: float, b: float) -> bool:
 
 
 def descend(model, grid: np.ndarray, rng: np.random.Generator, effort: Effort,
-            offer: Callable[[np.ndarray, float], None] = lambda g, s: None) -> GridState:
+            offer: Callable[[np.ndarray, float], None] = lambda g, s: None):
     """Polish ``grid``, then alternate the three neighbourhoods until none improves.
 
     ``offer(grid, comm)`` is called with every improvement. Returns the final state.
     """
-    state = GridState(model, polish(model, grid, effort))
+    state = model.incremental(polish(model, grid, effort))
     offer(state.grid, state.score)
     while not effort.should_stop():
         moves, evals = local_search(state, rng, max_evals=effort.budget - effort.nfev,
@@ -81,7 +81,7 @@ def descend(model, grid: np.ndarray, rng: np.random.Generator, effort: Effort,
         effort.nfev += evals
         effort.nit += moves
         offer(state.grid, state.score)
-        polished = GridState(model, polish(model, state.grid, effort))
+        polished = model.incremental(polish(model, state.grid, effort))
         if _better(polished.score, state.score):
             effort.nit += 1
             state = polished
@@ -98,6 +98,6 @@ def descend(model, grid: np.ndarray, rng: np.random.Generator, effort: Effort,
         if better is None:
             break
         effort.nit += 1
-        state = GridState(model, better)
+        state = model.incremental(better)
         offer(state.grid, state.score)
     return state
