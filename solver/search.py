@@ -50,6 +50,10 @@ SKIP_START_RATIO = 1.25
 DEFAULT_PATIENCE = 3
 #: Most anytime rounds under the default stop rule (no budget, no time limit).
 MAX_DEFAULT_ROUNDS = 6
+#: Under a time limit, walks are shortened so that at least this many rounds fit in it
+#: (a walk's annealing schedule is measured in scored swaps, so a walk cut short by the
+#: clock would end hot); this makes time-limited runs depend on machine speed.
+ROUNDS_IN_LIMIT = 4
 
 
 class SolveStatus(IntEnum):
@@ -284,6 +288,10 @@ def _rounds_plan(run: _Run, model: CostModel, seed: int, patience: int, budget_g
     left = max(0, run.budget - run.nfev) if budget_given else rounds_budget(model.n, workers)
     sweeps = WALK_SWEEPS_TIMED if run.deadline is not None else WALK_SWEEPS
     walk = max(n2, min(sweeps * n2, left // max(1, workers)))
+    if run.deadline is not None:  # let at least ROUNDS_IN_LIMIT rounds fit the time left
+        rate = run.nfev / max(run.elapsed(), 1e-3)  # swaps scored per second by the starts
+        left_s = max(0.0, run.deadline - time.monotonic())
+        walk = max(n2, min(walk, int(rate * left_s / ROUNDS_IN_LIMIT)))
     if run.deadline is not None and not budget_given:
         left = 1 << 62
     return Rounds(seed=seed, walk_evals=int(walk), patience=patience, budget=int(left),

@@ -43,6 +43,9 @@ from solver.descent import Effort
 STOP_GRACE_S = 5.0
 #: How often (seconds) the coordinating process polls its stop test while workers run.
 POLL_S = 0.05
+#: Niceness added to worker processes, so the process that started them (the console's
+#: UI, a shell) stays responsive when the workers take every core.
+WORKER_NICE = 4
 
 
 def available_cores() -> int:
@@ -115,6 +118,10 @@ def _orphan_check(every: int = 256) -> Callable[[], bool]:
 def _worker_main(conn, stop_event, model, index: int) -> None:
     """Body of a worker process: run walks on request until told to quit (or orphaned)."""
     orphaned = _orphan_check()
+    try:  # the caller (a console's event loop) keeps priority over its workers
+        os.nice(WORKER_NICE)
+    except OSError:
+        pass
 
     def stop() -> bool:
         return stop_event.is_set() or orphaned()
