@@ -389,6 +389,8 @@ def _result(run: _Run, model: CostModel, seed: int, restarts: int, workers: int,
     if run.status != CANCELLED:  # a cancelling callback is not called again
         run.report(force=True)
     message = _MESSAGES[run.status].format(patience=restarts)
+    if run.status == CONVERGED and run.restart == 0 and restarts == 0:
+        message = "search converged: topology starts descended (no anytime rounds asked for)"
     if run.status == OPTIMAL and run.best_start != "enumeration":
         message = OPTIMAL_BY_BOUND
     if errors:
