@@ -93,10 +93,13 @@ def solve_json(
             "comm_s": bound.value,
             "data_p_s": bound.data_p,
             "pipeline_s": bound.pipeline,
-            "gap": (result.fun - bound.value) / result.fun if result.fun > 0 else 0.0,
+            "method": bound.method,
+            "elapsed_s": round(bound.elapsed_s, 4),
+            "gap": bound.gap(result.fun),  # (Comm - bound) / Comm
+            "at_most_above": bound.above(result.fun) if bound.value > 0 else None,  # Comm / bound - 1
         },
         "search": {
-            "status": result.status,
+            "status": int(result.status),
             "message": result.message,
             "seed": result.seed,
             "budget": result.budget,
@@ -105,11 +108,32 @@ def solve_json(
             "nfev": result.nfev,
             "elapsed_s": round(result.elapsed_s, 4),
             "best_start": result.start,
+            "worker": result.worker,
+            "workers": result.workers,
+            "rounds": result.rounds,
+            "worker_errors": list(result.worker_errors),
             "exact_pipeline_order": result.exact_path,
+            "trace": [[round(t, 4), v] for t, v in result.history],  # (elapsed s, best Comm)
         },
         "rank_map": result.x.tolist(),
     }
     return doc
+
+
+def gap_words(b: dict[str, Any]) -> str:
+    """The gap in both conventions, each named: (Comm - bound) / Comm and Comm / bound - 1."""
+    if b["gap"] <= 1e-9:
+        return "Comm equals the bound: optimal"
+    above = "unbounded" if b["at_most_above"] is None else f"{100 * b['at_most_above']:.1f}%"
+    return f"gap (Comm - bound) / Comm = {100 * b['gap']:.1f}%; Comm is at most {above} above the optimum"
+
+
+def _trace_points(trace: list, keep: int = 8) -> list:
+    """At most ``keep`` points of the anytime trace: the first, the last and some between."""
+    if len(trace) <= keep:
+        return trace
+    idx = sorted({round(k * (len(trace) - 1) / (keep - 1)) for k in range(keep)})
+    return [trace[i] for i in idx]
 
 
 def format_rank_map(rank_map: Sequence[int]) -> str:
@@ -154,17 +178,15 @@ def format_solve(doc: dict[str, Any]) -> str:
             f"{d['median']:.2f}  max {d['max']:.2f} s; median / Comm = {ratio}"
         )
     b = doc["lower_bound"]
-    lines.append(
-        f"lower bound {b['comm_s']:.3f} s (DataP >= {b['data_p_s']:.3f}, Pipeline >= "
-        f"{b['pipeline_s']:.3f}); Comm is at most {100 * b['gap']:.1f}% above the optimum"
-    )
+    lines.append(f"lower bound {b['comm_s']:.3f} s ({b['method']}; {b['elapsed_s']:.2f} s); {gap_words(b)}")
     s = doc["search"]
     order = "exact" if s["exact_pipeline_order"] else "approximate (D_PP > 16)"
     lines.append(
         f"search     {s['message']}; {s['nit']} moves, {s['nfev']} swaps scored, "
-        f"{s['elapsed_s']:.2f} s, seed {s['seed']}, best from \"{s['best_start']}\"; "
-        f"pipeline order {order}"
+        f"{s['elapsed_s']:.2f} s, seed {s['seed']}, {s['workers']} worker(s), {s['rounds']} rounds, "
+        f"best from \"{s['best_start']}\"; pipeline order {order}"
     )
+    lines.append("trace      " + ", ".join(f"{t:.2f} s: {v:.3f}" for t, v in _trace_points(s["trace"])))
     lines.append(f"model score {comm:.3f} s (a communication model, not a wall-clock time)")
     lines += [f"advice     {a['severity']} {a['code']}: {a['message']}" for a in doc.get("advice", [])]
     lines.append(format_rank_map(doc["rank_map"]))

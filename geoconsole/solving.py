@@ -27,9 +27,12 @@ class SolveOptions:
 
     seed: int = 0
     budget: int | None = None
-    restarts: int = 8
+    #: Without a time limit: anytime rounds in a row without improvement before stopping.
+    restarts: int = 3
     time_limit: float | None = None
     baseline_samples: int = 200
+    #: Search processes (None: the cores this process may use).
+    workers: int | None = None
 
 
 @dataclass(eq=False)
@@ -69,13 +72,20 @@ def run_placement(
     seed_orders: list[list[int]] | None = None,
     callback: Callable[[Any], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    bound: Any = None,
 ) -> SolveOutcome:
-    """Search, bound and baselines for ``model`` (see the module text for stopping)."""
-    from solver.bounds import lower_bound
+    """Bound, search and baselines for ``model`` (see the module text for stopping).
+
+    The lower bound comes first (``bound``, or computed within a share of the time
+    limit): the search stops early when it reaches it.
+    """
+    from solver.bounds import bound_budget_s, lower_bound
     from solver.search import solve
 
     check_baseline_samples(options.baseline_samples)
     started = time.monotonic()
+    if bound is None:
+        bound = lower_bound(model, bound_budget_s(options.time_limit))
 
     def checked(progress: Any) -> None:
         if callback is not None:
@@ -85,13 +95,14 @@ def run_placement(
 
     try:
         result = solve(model, seed=options.seed, budget=options.budget, restarts=options.restarts,
-                       time_limit=options.time_limit, callback=checked, seed_orders=seed_orders)
+                       time_limit=options.time_limit, callback=checked, seed_orders=seed_orders,
+                       workers=options.workers, lower_bound=bound.value)
     except ValueError as exc:
         raise InputError(str(exc)) from None
     deadline = None if options.time_limit is None else started + options.time_limit
     baselines, cut = draw_baselines(model, options.baseline_samples, options.seed,
                                     deadline=deadline, should_stop=should_stop)
-    return SolveOutcome(model, result, lower_bound(model), baselines, cut, stopped=should_stop())
+    return SolveOutcome(model, result, bound, baselines, cut, stopped=should_stop())
 
 
 def draw_baselines(model: Any, samples: int, seed: int, *, deadline: float | None = None,

@@ -197,9 +197,10 @@ class SolveScreen(ConsoleScreen):
 
     def _solve_and_report(self, model: Any, prepared: Any, options: SolveOptions, digest: str) -> None:
         from geoconsole import solving
-        from solver.bounds import lower_bound
+        from solver.bounds import bound_budget_s, lower_bound
 
-        bound = lower_bound(model).value
+        found_bound = lower_bound(model, bound_budget_s(options.time_limit))  # within the time limit
+        bound = found_bound.value
         self.post_message(self.Started(bound))
         last = [0.0]
 
@@ -212,7 +213,7 @@ class SolveScreen(ConsoleScreen):
         core = solving.SolveOptions(seed=options.seed, budget=options.budget, restarts=options.restarts,
                                     time_limit=options.time_limit, baseline_samples=baseline_samples(model.n))
         outcome = solving.run_placement(model, core, seed_orders=prepared.seed_orders, callback=callback,
-                                        should_stop=self._cancel.is_set)
+                                        should_stop=self._cancel.is_set, bound=found_bound)
         baselines = {d.name: [float(v) for v in d.values] for d in outcome.baselines}
         from geoconsole.advice import for_solve  # one small re-solve: the poor-device check
 
@@ -251,7 +252,7 @@ class SolveScreen(ConsoleScreen):
         solution = Solution(
             name=f"solve #{number}", rank_map=np.asarray(r.x), fun=float(r.fun),
             workload=message.options.workload, digest=message.digest, created_at=iso(self.app.clock),
-            bound=message.bound, status=str(r.status), message=r.message, seed=message.options.seed,
+            bound=message.bound, status=str(int(r.status)), message=r.message, seed=message.options.seed,
             nit=int(r.nit), nfev=int(r.nfev), elapsed_s=float(r.elapsed_s),
             history=[(float(t), float(v)) for t, v in r.history], baselines=message.baselines,
             advice=message.advice,
@@ -265,7 +266,7 @@ class SolveScreen(ConsoleScreen):
         text.append(f"best Comm {fun:.2f} s", style="bold green")
         if self.bound is not None:
             gap = (fun - self.bound) / fun * 100 if fun > 0 else 0.0
-            text.append(f"   lower bound {self.bound:.2f} s   gap {gap:.1f}%")
+            text.append(f"   lower bound {self.bound:.2f} s\ngap (Comm - bound)/Comm {gap:.1f}%")
         text.append(f"\n{nit} improvements, {nfev} swaps scored, {elapsed:.1f} s, {phase}")
         if eta is not None:
             text.append(f", ETA {eta:.0f} s")

@@ -12,25 +12,47 @@ Also, every edge costs at least the smallest link, and the edge holding the devi
 whose nearest neighbour is farthest costs at least that distance:
 ``Pipeline / 2 >= max(forest / D_DP, nearest_max + (D_PP - 2) * min_link)``.
 
-DataP and Pipeline are bounded separately, so ``Comm >= bound_DataP + bound_Pipeline``.
-O(N^2 log N) (sorting the rows and the edges).
+DataP and Pipeline bounded separately give ``Comm >= bound_DataP + bound_Pipeline``
+(method "separate"), O(N^2 log N) (sorting the rows and the edges). ``lower_bound`` then
+tries the joint bound of solver.joint_bound, which couples the two through the
+components of cheap links, within a time budget, and reports the larger value, the
+method that produced it and the time taken.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import time
+
 import numpy as np
 from scipy.sparse.csgraph import minimum_spanning_tree
 
 from solver.cost import CostModel
+from solver.joint_bound import joint_bound
+
+SEPARATE = "separate: DataP and Pipeline bounded apart"
+#: Seconds the joint bound may take when the caller gives no budget.
+DEFAULT_BOUND_BUDGET_S = 0.5
 
 
 @dataclass(frozen=True)
 class Bound:
+    """A lower bound on Comm; ``data_p`` and ``pipeline`` are the separate bounds."""
+
     value: float
     data_p: float
     pipeline: float
+    method: str = SEPARATE
+    elapsed_s: float = 0.0
+
+    def gap(self, comm: float) -> float:
+        """``(Comm - bound) / Comm``: the optimum lies at most this fraction below Comm."""
+        return (comm - self.value) / comm if comm > 0 else 0.0
+
+    def above(self, comm: float) -> float:
+        """``Comm / bound - 1``: Comm is at most this fraction above the optimum."""
+        return comm / self.value - 1.0 if self.value > 0 else float("inf")
 
 
 def _forest_weight(t: np.ndarray, trees: int) -> float:
@@ -46,8 +68,28 @@ def _forest_weight(t: np.ndarray, trees: int) -> float:
     return float(mst[: n - trees].sum())
 
 
-def lower_bound(model: CostModel) -> Bound:
-    """A lower bound on Comm over every placement of ``model``'s instance."""
+def bound_budget_s(time_limit: float | None) -> float:
+    """Seconds for the joint bound within a solve: 0.5 s, or 5% of a time limit (0.2-10 s)."""
+    return DEFAULT_BOUND_BUDGET_S if time_limit is None else min(10.0, max(0.2, 0.05 * time_limit))
+
+
+def lower_bound(model: CostModel, time_budget_s: float = DEFAULT_BOUND_BUDGET_S) -> Bound:
+    """A lower bound on Comm over every placement: the better of the separate and the
+    joint bound, the latter given ``time_budget_s`` seconds (0: separate only)."""
+    t0 = time.perf_counter()
+    sep = separate_bound(model)
+    value, method = sep.value, SEPARATE
+    if time_budget_s > 0:
+        joint, threshold = joint_bound(model, sep.pipeline, sep.data_p, time_budget_s)
+        if joint > value:
+            value = joint
+            method = (f"joint: pipeline edges below {threshold:.4g} s keep the stage groups' "
+                      "component counts (solver.joint_bound)")
+    return Bound(value, sep.data_p, sep.pipeline, method, time.perf_counter() - t0)
+
+
+def separate_bound(model: CostModel) -> Bound:
+    """The separate bound (module text) on Comm over every placement."""
     w = model.workload
     n = model.n
     off = ~np.eye(n, dtype=bool)

@@ -172,6 +172,12 @@ class CostModel:
             grid[:, s] = groups[b][slot]
         return grid, exact
 
+    def incremental(self, grid: np.ndarray):
+        """The incremental swap evaluator for ``grid`` (solver.localsearch.GridState)."""
+        from solver.localsearch import GridState  # localsearch imports this module
+
+        return GridState(self, grid)
+
     def partition_of(self, grid: np.ndarray) -> list[np.ndarray]:
         """The stage groups (columns) of a grid."""
         return [np.asarray(grid)[:, s].copy() for s in range(np.asarray(grid).shape[1])]

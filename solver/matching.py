@@ -46,7 +46,11 @@ KUHN_MAX = 24
 def _kuhn(feasible: np.ndarray) -> np.ndarray | None:
     """Perfect matching by augmenting paths (Kuhn 1955). O(n E)."""
     n = feasible.shape[0]
-    adj = [np.flatnonzero(row).tolist() for row in feasible]
+    flat = np.nonzero(feasible)[1].tolist()  # one nonzero() instead of one per row
+    adj, at = [], 0
+    for count in feasible.sum(axis=1).tolist():
+        adj.append(flat[at:at + count])
+        at += count
     owner = [-1] * n  # column -> row
 
     def augment(i: int, seen: list[bool]) -> bool:

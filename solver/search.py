@@ -1,66 +1,95 @@
-"""Outer placement search: topology-derived seeds, swap local search, exact polishing.
+"""Outer placement search: exact on small instances, topology starts, then anytime rounds.
 
-The balanced partition into stage groups is NP-hard (DT-FM); this search does not
-certify optimality, it reports a lower bound beside its answer instead (solver.bounds).
+The balanced partition into stage groups is NP-hard (DT-FM); this search certifies
+optimality only by enumeration (up to 12 devices) or when its Comm meets the lower bound
+it is given; otherwise it reports a lower bound beside its answer (solver.bounds).
 
-1. Starts. For each device order (labels sorted, the leaf order of an average-linkage
+1. Enumeration. Instances with at most ENUMERATION_LIMIT balanced partitions are solved
+   exactly (solver.enumerate).
+2. Starts. For each device order (labels sorted, the leaf order of an average-linkage
    clustering of ``T_pp``, and any ``seed_orders`` given), two layouts: pipelines on
-   consecutive devices (each pipeline stays local, each stage group spans the order)
-   and stage groups on consecutive devices (the transpose).
-2. Each start is *polished*: its stage groups get exact bottleneck matchings and the
-   best pipeline order (solver.cost.grid_for_partition), which never raises Comm. Starts
-   are descended best first: swap local search (solver.localsearch) to a local optimum,
-   polishing and partition swaps (solver.partition_moves) until none improves. A start
-   more than SKIP_START_RATIO worse than the best so far is not descended.
-3. ``restarts`` times, the best grid is perturbed by random swaps and re-optimised
-   (iterated local search); a better result replaces it.
+   consecutive devices and stage groups on consecutive devices. Each is polished (exact
+   matchings and best pipeline order); they are descended best first (solver.descent);
+   a start more than SKIP_START_RATIO worse than the best so far is not descended.
+3. Anytime rounds (solver.workers, solver.anytime): ``workers`` processes each run an
+   annealed iterated local search with group-mixing moves from the best placement, in
+   rounds; after each round the best walk becomes the shared start of the next.
 
-``budget`` caps scored swaps over the whole run (``nfev``); ``time_limit`` caps wall time
-(then results depend on machine speed). With neither hit, output is a pure function of
-the instance, ``seed`` and options. Cost per local-search batch is O(N D_DP).
+Stop rule. With ``time_limit`` the rounds go on until the limit (or ``budget``, when one
+is given). Without it, the rounds stop after ``restarts`` consecutive rounds that did not
+improve the best (default DEFAULT_PATIENCE), or when ``budget`` scored swaps are used
+(default ``default_budget(N)`` for the starts plus ``rounds_budget(N, workers)``); the
+output is then a pure function of the instance, ``seed``, ``workers`` and options.
+Reaching ``lower_bound`` ends the search as optimal. Cost per local-search batch is
+O(N D_DP); see solver.anytime for a round.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Callable, Sequence
 
 import numpy as np
 from scipy.cluster.hierarchy import leaves_list, linkage
 from scipy.spatial.distance import squareform
 
+from solver.anytime import WALK_SWEEPS, WALK_SWEEPS_TIMED
 from solver.cost import CostModel, Score, rank_map_from_grid
+from solver.descent import descend, polish
 from solver.enumerate import optimal_grid
-from solver.localsearch import GridState, local_search
-from solver.partition_moves import partition_pass
+from solver.workers import Rounds, WorkerPool, available_cores
 
 #: A topology start whose polished Comm is this much worse than the best so far is not
 #: descended (the starts are tried best first); its descent would cost full sweeps.
 SKIP_START_RATIO = 1.25
 
-#: Result status codes (``PlacementResult.status``).
-CONVERGED, BUDGET, TIME_LIMIT, CANCELLED, OPTIMAL = 0, 1, 2, 3, 4
+#: Rounds without improvement before the search stops when no time limit is set.
+DEFAULT_PATIENCE = 3
+#: Most anytime rounds under the default stop rule (no budget, no time limit).
+MAX_DEFAULT_ROUNDS = 6
+#: Under a time limit, walks are shortened so that at least this many rounds fit in it
+#: (a walk's annealing schedule is measured in scored swaps, so a walk cut short by the
+#: clock would end hot); this makes time-limited runs depend on machine speed.
+ROUNDS_IN_LIMIT = 4
+
+
+class SolveStatus(IntEnum):
+    """Why the search ended (``PlacementResult.status``); values are stable in JSON."""
+
+    CONVERGED = 0
+    BUDGET = 1
+    TIME_LIMIT = 2
+    CANCELLED = 3
+    OPTIMAL = 4
+
+
+CONVERGED, BUDGET, TIME_LIMIT, CANCELLED, OPTIMAL = tuple(SolveStatus)
 _MESSAGES = {
     OPTIMAL: "optimal: every balanced partition was enumerated",
-    CONVERGED: "search converged (no improving swap after every restart)",
+    CONVERGED: "search converged (no round improved the best {patience} times in a row)",
     BUDGET: "evaluation budget used up",
     TIME_LIMIT: "time limit reached; best placement so far",
     CANCELLED: "cancelled by the caller; best placement so far",
 }
+OPTIMAL_BY_BOUND = "optimal: Comm equals the lower bound"
 
 
 @dataclass(eq=False)
 class SolveProgress:
-    """What the callback sees: the best Comm so far and how much work went in."""
+    """What the callback sees: the best Comm so far, the bound, and the work done."""
 
     fun: float
     nit: int
     nfev: int
     elapsed_s: float
     phase: str
-    restart: int
+    restart: int  #: anytime rounds completed
     budget: int
+    bound: float | None = None  #: the lower bound given to ``solve``, if any
+    worker: int | None = None  #: the worker whose walk found ``fun`` (None: the starts)
 
 
 @dataclass(eq=False)
@@ -70,7 +99,7 @@ class PlacementResult:
     x: np.ndarray  #: rank map: ``x[i]`` is the global rank of device i
     fun: float  #: Comm of ``x`` in seconds, recomputed from scratch
     score: Score
-    status: int
+    status: SolveStatus
     message: str
     nit: int  #: improving moves accepted (swaps and polishes)
     nfev: int  #: swaps scored
@@ -78,10 +107,18 @@ class PlacementResult:
     seed: int
     budget: int
     restarts: int
-    start: str  #: the start that led to the best placement
+    start: str  #: what found the best placement: a start, or "worker k: strategy"
     exact_path: bool  #: pipeline order solved exactly (D_PP <= 16)
-    optimal: bool = False  #: certified optimal (small instance, enumerated)
-    history: list[tuple[float, float]] = field(default_factory=list)  #: (elapsed, best)
+    optimal: bool = False  #: certified optimal (enumerated, or Comm == lower bound)
+    history: list[tuple[float, float]] = field(default_factory=list)  #: anytime trace (elapsed, best)
+    workers: int = 1
+    worker: int | None = None  #: worker that found the best (None: enumeration or starts)
+    rounds: int = 0  #: anytime rounds run
+    worker_errors: list[str] = field(default_factory=list)  #: workers lost on the way
+
+    @property
+    def strategy(self) -> str:
+        return self.start
 
 
 def default_budget(n: int) -> int:
@@ -91,6 +128,16 @@ def default_budget(n: int) -> int:
     minutes at 4096 on two cores."""
     sweeps = max(2, min(40, 8192 // max(n, 1)))
     return int(max(sweeps * n * n, 200_000))
+
+
+def rounds_budget(n: int, workers: int) -> int:
+    """Swaps scored by the anytime rounds when neither a budget nor a time limit is given:
+    up to 512 devices, MAX_DEFAULT_ROUNDS rounds of every worker's walk (WALK_SWEEPS
+    sweeps of N^2 swaps each); beyond, half of ``default_budget`` (the starts already
+    take most of a minute at 1024 devices)."""
+    if n <= 512:
+        return MAX_DEFAULT_ROUNDS * WALK_SWEEPS * n * n * workers
+    return default_budget(n) // 2
 
 
 def _orders(model: CostModel, extra: Sequence[Sequence[int]] | None) -> list[tuple[str, np.ndarray]]:
@@ -123,13 +170,16 @@ def _starts(model: CostModel, extra) -> list[tuple[str, np.ndarray]]:
 class _Run:
     """Book-keeping shared by every phase: best so far, budget, clock, callback."""
 
-    def __init__(self, model, budget, time_limit, callback):
+    def __init__(self, model, budget, time_limit, callback, bound):
         self.model, self.budget, self.time_limit, self.callback = model, budget, time_limit, callback
+        self.bound = bound
         self.t0 = time.perf_counter()
+        self.deadline = None if time_limit is None else time.monotonic() + time_limit
         self.nfev = self.nit = 0
         self.best: np.ndarray | None = None
         self.best_score = np.inf
         self.best_start = ""
+        self.best_worker: int | None = None
         self.exact_path = True
         self.history: list[tuple[float, float]] = []
         self.status = CONVERGED
@@ -139,28 +189,42 @@ class _Run:
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
 
-    def offer(self, grid: np.ndarray, score: float, start: str) -> None:
+    def note(self, score: float, worker: int | None = None) -> None:
+        """Record a new best Comm in the trace and tell the callback."""
+        if not self.history or score < self.history[-1][1] - 1e-12 * max(1.0, abs(score)):
+            self.history.append((self.elapsed(), float(score)))
+            self.report(force=True, fun=score, worker=worker)
+
+    def offer(self, grid: np.ndarray, score: float, start: str, worker: int | None = None) -> None:
         if score < self.best_score - 1e-12 * max(1.0, abs(score)):
             self.best, self.best_score, self.best_start = grid.copy(), score, start
-            self.history.append((self.elapsed(), score))
-            self.report(force=True)
+            self.best_worker = worker
+            self.note(score, worker)
 
-    def report(self, force: bool = False) -> None:
+    def report(self, force: bool = False, fun: float | None = None, worker: int | None = None) -> None:
         now = self.elapsed()
-        if self.callback is None or (not force and now - self._last_report < 0.1):
+        if self.callback is None or self.status == CANCELLED or (not force and now - self._last_report < 0.1):
             return
         self._last_report = now
-        progress = SolveProgress(self.best_score, self.nit, self.nfev, now, self.phase,
-                                 self.restart, self.budget)
+        best = self.history[-1][1] if self.history else self.best_score
+        progress = SolveProgress(best if fun is None else fun, self.nit, self.nfev, now, self.phase,
+                                 self.restart, self.budget, self.bound,
+                                 self.best_worker if worker is None else worker)
         try:
             self.callback(progress)
         except StopIteration:
             self.status = CANCELLED
 
+    def at_bound(self) -> bool:
+        return self.bound is not None and self.best_score <= self.bound * (1 + 1e-9) + 1e-12
+
     def should_stop(self) -> bool:
-        if self.status == CANCELLED:
+        if self.status in (CANCELLED, OPTIMAL):
             return True
-        if self.time_limit is not None and self.elapsed() >= self.time_limit:
+        if self.at_bound():
+            self.status = OPTIMAL
+            return True
+        if self.deadline is not None and time.monotonic() >= self.deadline:
             self.status = TIME_LIMIT
             return True
         if self.nfev >= self.budget:
@@ -169,89 +233,44 @@ class _Run:
         self.report()
         return self.status == CANCELLED
 
-    def polish(self, grid: np.ndarray) -> np.ndarray:
-        polished, exact = self.model.grid_for_partition(self.model.partition_of(grid))
-        self.exact_path = self.exact_path and exact
-        return polished
 
-    def descend(self, grid: np.ndarray, rng: np.random.Generator, start: str) -> np.ndarray:
-        """Polish, then alternate local search and polishing until neither improves."""
-        grid = self.polish(grid)
-        state = GridState(self.model, grid)
-        self.offer(state.grid, state.score, start)
-        while not self.should_stop():
-            moves, evals = local_search(
-                state, rng, max_evals=self.budget - self.nfev, should_stop=self.should_stop
-            )
-            self.nfev += evals
-            self.nit += moves
-            self.offer(state.grid, state.score, start)
-            polished = GridState(self.model, self.polish(state.grid))
-            if polished.score < state.score - 1e-12 * max(1.0, state.score):
-                self.nit += 1
-                state = polished
-                self.offer(state.grid, state.score, start)
-                continue
-            if polished.score <= state.score:  # same partition, columns in pipeline order
-                state = polished
-            if self.should_stop():
-                break
-            better, evals = partition_pass(
-                self.model, state.grid, state.critical_devices(),
-                max_evals=self.budget - self.nfev, should_stop=self.should_stop,
-            )
-            self.nfev += evals
-            if better is None:
-                break
-            self.nit += 1
-            state = GridState(self.model, better)
-            self.offer(state.grid, state.score, start)
-        return state.grid
+class _Effort:
+    """solver.descent's Effort view of a _Run (the starts share the run's counters; their
+    polishing is not charged, so ``default_budget`` keeps meaning swaps)."""
+
+    charge_polish = False
+
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+
+    budget = property(lambda self: self.run.budget)
+    nfev = property(lambda self: self.run.nfev, lambda self, v: setattr(self.run, "nfev", v))
+    nit = property(lambda self: self.run.nit, lambda self, v: setattr(self.run, "nit", v))
+    exact_path = property(lambda self: self.run.exact_path,
+                          lambda self, v: setattr(self.run, "exact_path", v))
+
+    def should_stop(self) -> bool:
+        return self.run.should_stop()
 
 
-def solve(
-    model: CostModel,
-    *,
-    seed: int = 0,
-    budget: int | None = None,
-    restarts: int = 8,
-    time_limit: float | None = None,
-    callback: Callable[[SolveProgress], None] | None = None,
-    seed_orders: Sequence[Sequence[int]] | None = None,
-) -> PlacementResult:
-    """Search for a placement minimising Comm.
-
-    Parameters
-    ----------
-    model : CostModel of the instance.
-    seed : random seed; equal inputs and seed give equal output (unless time-limited).
-    budget : most swaps to score (default ``default_budget(N)``).
-    restarts : perturbation restarts after the topology seeds.
-    time_limit : wall-clock seconds; the best placement so far is returned.
-    callback : called with a SolveProgress at most every 0.1 s and on each improvement;
-        raising StopIteration stops the search and returns the best so far.
-    seed_orders : extra device orders to derive starting layouts from.
-    """
+def _check_options(budget, restarts, time_limit, workers) -> None:
     if budget is not None and budget < 0:
         raise ValueError(f"budget: must be >= 0, got {budget}")
     if restarts < 0:
         raise ValueError(f"restarts: must be >= 0, got {restarts}")
     if time_limit is not None and not time_limit > 0:
         raise ValueError(f"time_limit: must be > 0 seconds, got {time_limit}")
-    run = _Run(model, default_budget(model.n) if budget is None else int(budget), time_limit, callback)
-    rng = np.random.default_rng(seed)
-    starts = _starts(model, seed_orders)
-    run.phase = "enumeration"
-    exact_grid, scored = optimal_grid(model, run.should_stop)
-    run.nfev += scored
-    if exact_grid is not None:
-        run.offer(exact_grid, model.score_grid(exact_grid).comm, "enumeration")
-        run.status = OPTIMAL
-        starts = []
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers: must be >= 1, got {workers}")
+
+
+def _starts_phase(run: _Run, model: CostModel, rng, seed_orders) -> None:
+    """Polish every topology start, then descend them best first."""
+    effort = _Effort(run)
     run.phase = "seeds"
     scored_starts = []
-    for k, (name, grid) in enumerate(starts):
-        grid = run.polish(grid)
+    for k, (name, grid) in enumerate(_starts(model, seed_orders)):
+        grid = polish(model, grid, effort)
         comm = model.score_grid(grid).comm
         run.offer(grid, comm, name)
         scored_starts.append((comm, k, name, grid))
@@ -260,41 +279,126 @@ def solve(
             break
         if comm > SKIP_START_RATIO * run.best_score:
             continue  # far behind the best: not worth a descent
-        run.descend(grid, rng, name)
-    run.phase = "restarts"
-    for k in range(restarts if exact_grid is None else 0):
-        if run.should_stop():
-            break
-        run.restart = k + 1
-        if k % 2 == 1:  # every other restart starts afresh from a random placement
-            grid = rng.permutation(model.n).reshape(run.best.shape)
-            name = f"restart {k + 1} (random)"
-        else:  # perturb the best with a few random swaps (iterated local search)
-            grid = run.best.copy()
-            flat = grid.ravel()
-            for _ in range(int(rng.integers(2, 3 + int(np.sqrt(model.n))))):
-                i, j = rng.choice(model.n, size=2, replace=False)
-                flat[i], flat[j] = flat[j], flat[i]
-            name = f"restart {k + 1} (perturbed best)"
-        run.descend(grid, rng, name)
+        descend(model, grid, rng, effort, lambda g, s, name=name: run.offer(g, s, name))
+
+
+def _rounds_plan(run: _Run, model: CostModel, seed: int, patience: int, budget_given: bool,
+                 workers: int) -> Rounds:
+    n2 = model.n * model.n
+    left = max(0, run.budget - run.nfev) if budget_given else rounds_budget(model.n, workers)
+    sweeps = WALK_SWEEPS_TIMED if run.deadline is not None else WALK_SWEEPS
+    walk = max(n2, min(sweeps * n2, left // max(1, workers)))
+    if run.deadline is not None:  # let at least ROUNDS_IN_LIMIT rounds fit the time left
+        rate = run.nfev / max(run.elapsed(), 1e-3)  # swaps scored per second by the starts
+        left_s = max(0.0, run.deadline - time.monotonic())
+        walk = max(n2, min(walk, int(rate * left_s / ROUNDS_IN_LIMIT)))
+    if run.deadline is not None and not budget_given:
+        left = 1 << 62
+    return Rounds(seed=seed, walk_evals=int(walk), patience=patience, budget=int(left),
+                  deadline=run.deadline)
+
+
+def _rounds_phase(run: _Run, model: CostModel, pool: WorkerPool, plan: Rounds) -> list[str]:
+    """Anytime rounds from the best start; folds their outcome into ``run``."""
+    run.phase = "anytime"
+    if run.should_stop():
+        return []
+
+    out = pool.run(run.best, run.best_score, plan, run.should_stop,
+                   lambda fun, worker, clock: run.note(fun, worker))
+    run.nfev += out.nfev
+    run.nit += out.nit
+    run.restart = out.rounds
+    if out.worker is not None:
+        run.offer(out.grid, out.fun, out.strategy, out.worker)
+    if run.status == CONVERGED and plan.deadline is None and out.nfev >= plan.budget:
+        run.status = BUDGET
+    if run.at_bound() and run.status != CANCELLED:
+        run.status = OPTIMAL
+    return out.errors
+
+
+def solve(
+    model: CostModel,
+    *,
+    seed: int = 0,
+    budget: int | None = None,
+    restarts: int = DEFAULT_PATIENCE,
+    time_limit: float | None = None,
+    callback: Callable[[SolveProgress], None] | None = None,
+    seed_orders: Sequence[Sequence[int]] | None = None,
+    workers: int | None = None,
+    lower_bound: float | None = None,
+) -> PlacementResult:
+    """Search for a placement minimising Comm.
+
+    Parameters
+    ----------
+    model : CostModel of the instance.
+    seed : random seed; equal inputs, seed and workers give equal output (unless
+        time-limited).
+    budget : most swaps to score (default ``default_budget(N)`` for the starts and as
+        ``rounds_budget(N, workers)`` for the anytime rounds; unlimited rounds with a time limit).
+    restarts : anytime rounds without improvement before the search stops (no time limit).
+    time_limit : wall-clock seconds; the search improves until then, the best is returned.
+    callback : called with a SolveProgress at most every 0.1 s and on each improvement;
+        raising StopIteration stops every worker and returns the best so far.
+    seed_orders : extra device orders to derive starting layouts from.
+    workers : processes for the anytime rounds (default: the cores this process may use).
+    lower_bound : a valid lower bound on Comm; reaching it ends the search as optimal.
+    """
+    _check_options(budget, restarts, time_limit, workers)
+    workers = available_cores() if workers is None else int(workers)
+    run = _Run(model, default_budget(model.n) if budget is None else int(budget), time_limit,
+               callback, lower_bound)
+    rng = np.random.default_rng(seed)
+    _starts(model, seed_orders)  # validates seed_orders before any work
+    run.phase = "enumeration"
+    exact_grid, scored = optimal_grid(model, run.should_stop)
+    run.nfev += scored
+    errors: list[str] = []
+    if exact_grid is not None:
+        run.offer(exact_grid, model.score_grid(exact_grid).comm, "enumeration")
+        run.status = OPTIMAL
+    else:
+        anytime = restarts > 0 or time_limit is not None
+        pool = WorkerPool(model, workers if anytime else 1)
+        # processes start (forkserver, imports) while this one descends the starts
+        starter = threading.Thread(target=pool.start, name="solver-pool-start", daemon=True)
+        starter.start()
+        try:
+            _starts_phase(run, model, rng, seed_orders)
+            starter.join()
+            if anytime:
+                plan = _rounds_plan(run, model, seed, restarts, budget is not None, workers)
+                if budget is None:  # the default budget bounded the starts, not the rounds
+                    run.budget = run.nfev + plan.budget
+                    if run.status == BUDGET:
+                        run.status = CONVERGED
+                errors = _rounds_phase(run, model, pool, plan)
+        finally:
+            starter.join()
+            pool.close()
+    return _result(run, model, seed, restarts, workers, errors)
+
+
+def _result(run: _Run, model: CostModel, seed: int, restarts: int, workers: int,
+            errors: list[str]) -> PlacementResult:
     score = model.score_grid(run.best)
     run.phase = "done"
     if run.status != CANCELLED:  # a cancelling callback is not called again
         run.report(force=True)
+    message = _MESSAGES[run.status].format(patience=restarts)
+    if run.status == CONVERGED and run.restart == 0 and restarts == 0:
+        message = "search converged: topology starts descended (no anytime rounds asked for)"
+    if run.status == OPTIMAL and run.best_start != "enumeration":
+        message = OPTIMAL_BY_BOUND
+    if errors:
+        message += f"; {len(errors)} worker(s) lost: " + "; ".join(errors)
     return PlacementResult(
-        x=rank_map_from_grid(run.best),
-        fun=score.comm,
-        score=score,
-        status=run.status,
-        message=_MESSAGES[run.status],
-        nit=run.nit,
-        nfev=run.nfev,
-        elapsed_s=run.elapsed(),
-        seed=seed,
-        budget=run.budget,
-        restarts=restarts,
-        start=run.best_start,
-        exact_path=run.exact_path,
-        history=run.history,
-        optimal=run.status == OPTIMAL,
+        x=rank_map_from_grid(run.best), fun=score.comm, score=score, status=run.status,
+        message=message, nit=run.nit, nfev=run.nfev, elapsed_s=run.elapsed(), seed=seed,
+        budget=run.budget, restarts=restarts, start=run.best_start, exact_path=run.exact_path,
+        history=run.history, optimal=run.status == OPTIMAL, workers=workers,
+        worker=run.best_worker, rounds=run.restart, worker_errors=errors,
     )

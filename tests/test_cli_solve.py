@@ -40,9 +40,16 @@ def test_solve_prints_the_report_and_the_rank_map(ww_path):
     assert re.search(r"Comm\s+51\.500 s\s+\(DataP 22\.758 s \+ Pipeline 28\.742 s\)", out)
     assert "random stage groups" in out and "random rank map" in out
     assert "lower bound" in out and "above the optimum" in out
+    assert "gap (Comm - bound) / Comm = " in out and "worker(s)" in out and "trace " in out
     assert "stage  0" in out and "pipeline edges" in out
     ranks = re.search(r"^rank_map=\(([\d ]+)\)$", out, re.M).group(1).split()
     assert sorted(map(int, ranks)) == list(range(64))
+
+
+def _untimed(doc):
+    """The document without wall-clock figures (elapsed times, the trace's time column)."""
+    search = {**doc["search"], "elapsed_s": None, "trace": [v for _, v in doc["search"]["trace"]]}
+    return {**doc, "search": search, "lower_bound": {**doc["lower_bound"], "elapsed_s": None}}
 
 
 def test_solve_json_carries_the_same_and_is_deterministic(ww_path):
@@ -50,7 +57,9 @@ def test_solve_json_carries_the_same_and_is_deterministic(ww_path):
     a, b = run(*args), run(*args)
     assert a.exit_code == 0
     doc = json.loads(a.stdout)
-    assert doc == {**json.loads(b.stdout), "search": {**json.loads(b.stdout)["search"], "elapsed_s": doc["search"]["elapsed_s"]}}
+    assert _untimed(doc) == _untimed(json.loads(b.stdout))
+    assert doc["search"]["trace"] and doc["search"]["trace"][-1][1] == doc["score"]["comm_s"]
+    assert doc["lower_bound"]["method"] and doc["lower_bound"]["elapsed_s"] >= 0
     assert doc["score"]["comm_s"] == pytest.approx(doc["score"]["data_p_s"] + doc["score"]["pipeline_s"])
     assert [d["name"] for d in doc["baselines"]] == ["random stage groups", "random rank map"]
     assert doc["lower_bound"]["comm_s"] <= doc["score"]["comm_s"]
@@ -65,6 +74,7 @@ def test_solve_record_appends_one_line_per_run(ww_path, tmp_path):
     rows = read_records(record)
     assert [r["seed"] for r in rows] == [1, 2]
     for key in ("matrix_sha256", "workload", "budget", "restarts", "score_s", "lower_bound_s",
+                "lower_bound_method", "workers", "found_by", "trace",
                 "baselines", "rank_map", "version", "timestamp"):
         assert key in rows[0]
     assert rows[0]["matrix_sha256"] == worldwide_fabric().sha256()
@@ -240,3 +250,12 @@ def test_ctrl_c_after_the_search_prints_and_records_the_result(ww_path, tmp_path
     assert "baselines stopped early" in err
     (line,) = record.read_text().splitlines()
     assert json.loads(line)["score_s"] > 0
+
+
+def test_solve_workers_flag_and_bad_value(ww_path):
+    result = run("solve", "--matrix", ww_path, *WW, "--workers", "1", "--restarts", "1",
+                 "--baseline-samples", "0", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["search"]["workers"] == 1
+    bad = run("solve", "--matrix", ww_path, *WW, "--workers", "0")
+    assert bad.exit_code != 0 and "Traceback" not in bad.output

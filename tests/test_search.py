@@ -5,6 +5,7 @@ import pytest
 
 from solver.bounds import lower_bound
 from solver.cost import CostModel
+import solver.search as search
 from solver.search import BUDGET, CANCELLED, TIME_LIMIT, solve
 from solver_oracles import brute_force_optimum, random_model
 
@@ -26,7 +27,7 @@ def test_search_reaches_the_true_optimum_up_to_12_devices(d_pp, d_dp):
 def test_reported_score_equals_the_rank_map_rescored_from_scratch():
     rng = np.random.default_rng(5)
     model = random_model(rng, 8, 8, clustered=True)
-    result = solve(model, seed=3)
+    result = solve(model, seed=3, workers=2, restarts=1, budget=600_000)
     rescored = CostModel(model.t_pp.copy(), model.t_dp.copy(), model.workload).score_rank_map(result.x.tolist())
     assert result.fun == rescored.comm
     assert result.score.data_p + result.score.pipeline == result.fun
@@ -35,7 +36,7 @@ def test_reported_score_equals_the_rank_map_rescored_from_scratch():
 def test_identical_inputs_and_seed_give_identical_output():
     rng = np.random.default_rng(6)
     model = random_model(rng, 4, 8)
-    a, b = solve(model, seed=11), solve(model, seed=11)
+    a, b = solve(model, seed=11, workers=1), solve(model, seed=11, workers=1)
     assert np.array_equal(a.x, b.x) and a.fun == b.fun and a.nfev == b.nfev
 
 
@@ -68,7 +69,7 @@ def test_search_beats_random_placements_on_a_geo_fabric():
     from solver.workload import DTFM_WORKLOAD
 
     model = CostModel.from_fabric(worldwide_fabric(), DTFM_WORKLOAD)
-    result = solve(model, seed=7)
+    result = solve(model, seed=7, restarts=0)
     assert result.fun <= 51.5005  # the spec's best topology-derived layout scores 51.50
     assert result.fun < random_stage_groups(model, 50, seed=1).min
 
@@ -98,7 +99,7 @@ def test_lower_bound_never_exceeds_found_solutions():
     rng = np.random.default_rng(12)
     for p, r in [(4, 4), (8, 2), (2, 8)]:
         model = random_model(rng, p, r, clustered=True)
-        assert lower_bound(model).value <= solve(model, seed=0).fun + 1e-12
+        assert lower_bound(model).value <= solve(model, seed=0, workers=1, restarts=1).fun + 1e-12
 
 
 def test_heuristic_alone_on_small_clustered_instances(monkeypatch):
@@ -119,9 +120,94 @@ def test_heuristic_alone_on_small_clustered_instances(monkeypatch):
             model = random_model(rng, d_pp, d_dp, clustered=True)
             grid, _ = enumerate_.optimal_grid(model)
             optimum = model.score_grid(grid).comm
-            found = search.solve(model, seed=k).fun
+            found = search.solve(model, seed=k, workers=1, restarts=1).fun
             assert found >= optimum - 1e-12
             total += 1
             hits += found <= optimum + 1e-12
             worst = max(worst, found / optimum)
     assert hits >= 40 and worst < 1.05, (hits, total, worst)
+
+
+# -- anytime rounds and worker processes ---------------------------------------------
+
+def _geo_model(seed=21, d_pp=4, d_dp=6):
+    return random_model(np.random.default_rng(seed), d_pp, d_dp, clustered=True)
+
+
+def test_same_seed_and_workers_give_the_same_answer_with_worker_processes():
+    model = _geo_model()
+    runs = [solve(model, seed=4, workers=2, restarts=2, budget=150_000) for _ in range(2)]
+    assert np.array_equal(runs[0].x, runs[1].x) and runs[0].fun == runs[1].fun
+    assert runs[0].nfev == runs[1].nfev and runs[0].rounds == runs[1].rounds >= 1
+
+
+def test_result_names_the_strategy_and_worker_and_carries_the_trace():
+    model = _geo_model(22)
+    seen = []
+    bound = lower_bound(model).value
+    result = solve(model, seed=1, workers=2, restarts=1, budget=300_000, lower_bound=bound,
+                   callback=seen.append)
+    assert result.workers == 2 and result.rounds >= 1
+    assert result.start  # a topology start, or "worker k: annealed ILS, ..."
+    if result.worker is not None:
+        assert result.start.startswith(f"worker {result.worker}: annealed ILS")
+    values = [v for _, v in result.history]
+    assert values == sorted(values, reverse=True) and values[-1] == result.fun
+    assert seen and all(p.bound == bound for p in seen)
+    assert result.fun == model.score_rank_map(result.x).comm
+
+
+def test_reaching_the_lower_bound_ends_the_search_as_optimal():
+    model = _geo_model(23)
+    first = solve(model, seed=0, workers=1, restarts=0)
+    again = solve(model, seed=0, workers=2, lower_bound=first.fun)
+    assert again.status == search.OPTIMAL and again.optimal and again.rounds == 0
+    assert "lower bound" in again.message
+
+
+def test_cancel_from_the_callback_stops_every_worker_and_keeps_the_best():
+    import multiprocessing
+
+    model = _geo_model(24, 6, 8)
+
+    def callback(progress):
+        if progress.phase == "anytime":
+            raise StopIteration
+
+    result = solve(model, seed=0, workers=2, time_limit=600, callback=callback)
+    assert result.status == CANCELLED
+    assert result.fun == model.score_rank_map(result.x).comm
+    assert multiprocessing.active_children() == []
+
+
+def test_a_worker_that_dies_is_reported_and_the_search_finishes():
+    import multiprocessing
+    import os
+    import signal
+
+    model = _geo_model(25, 6, 8)
+    killed = []
+
+    def callback(progress):
+        children = multiprocessing.active_children()
+        if progress.phase == "anytime" and not killed and len(children) >= 2:
+            victim = sorted(children, key=lambda p: p.name)[-1]
+            os.kill(victim.pid, signal.SIGKILL)
+            killed.append(victim.name)
+
+    result = solve(model, seed=0, workers=2, restarts=2, callback=callback)
+    assert killed
+    assert any("died" in e for e in result.worker_errors)
+    assert "worker(s) lost" in result.message
+    assert result.fun == model.score_rank_map(result.x).comm
+
+
+def test_time_limit_keeps_the_rounds_going_until_it():
+    model = _geo_model(26)
+    result = solve(model, seed=0, workers=1, time_limit=1.5)
+    assert result.status == TIME_LIMIT and result.rounds >= 1
+
+
+def test_bad_worker_count_is_a_value_error():
+    with pytest.raises(ValueError, match="workers"):
+        solve(_geo_model(), workers=0)

@@ -1,0 +1,130 @@
+"""Anytime and seed-spread tables on the SYNTHETIC hierarchical suite (prints, asserts nothing).
+
+    .venv/bin/python benchmarks/anytime.py [anytime|spread|sa|bound|all] [--long NAMES] [--workers 2]
+
+anytime  per instance: the default stop rule's answer and time, then one run with
+         --time-limit (120 s for the --long instances, 30 s for the rest) read at
+         1, 3, 10, 30, 120 s from its anytime trace, as % above the best known
+spread   5 seeds at --time-limit 10: best, worst and spread (worst / best - 1)
+sa       the plain simulated-annealing baseline (benchmarks/sa_baseline.py), 30 s
+bound    separate and joint lower bounds and their gaps (Comm - bound) / Comm
+all      everything; "best known" is the best Comm over every run of this invocation
+
+Figures depend on machine load; run under ``nice`` and quote ratios from one run.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from hierarchical import SUITE, suite_instance  # noqa: E402
+from sa_baseline import anneal  # noqa: E402
+from solver.bounds import lower_bound, separate_bound  # noqa: E402
+from solver.orders import seed_orders_for  # noqa: E402
+from solver.search import solve  # noqa: E402
+
+MARKS = (1, 3, 10, 30, 120)
+DEFAULT_LONG = ("h48-4x12", "h80-10x8")
+
+
+def best_at(history, t: float) -> float:
+    vals = [v for (s, v) in history if s <= t]
+    return min(vals) if vals else float("nan")
+
+
+def run_anytime(names, long, workers, known) -> list[str]:
+    rows = []
+    for name in names:
+        fabric, model = suite_instance(name)
+        orders = seed_orders_for(fabric)
+        t0 = time.perf_counter()
+        default = solve(model, seed=0, seed_orders=orders, workers=workers)
+        default_s = time.perf_counter() - t0
+        limit = 120.0 if name in long else 30.0
+        r = solve(model, seed=0, seed_orders=orders, workers=workers, time_limit=limit)
+        for v in (default.fun, r.fun):
+            known[name] = min(known.get(name, v), v)
+        marks = {t: best_at(r.history, t) for t in MARKS if t <= limit}
+        rows.append((name, default.fun, default_s, marks, r.start))
+        print(f"  {name}: default {default.fun:.3f} in {default_s:.1f} s; "
+              + ", ".join(f"{t}s {v:.3f}" for t, v in marks.items()), flush=True)
+    return rows
+
+
+def run_spread(names, workers, known) -> dict:
+    out = {}
+    for name in names:
+        fabric, model = suite_instance(name)
+        vals = [solve(model, seed=s, seed_orders=seed_orders_for(fabric), workers=workers,
+                      time_limit=10.0).fun for s in range(5)]
+        known[name] = min(known.get(name, min(vals)), min(vals))
+        out[name] = vals
+        print(f"  {name}: 5 seeds at 10 s: {' '.join(f'{v:.3f}' for v in vals)}", flush=True)
+    return out
+
+
+def run_sa(names, known) -> dict:
+    out = {}
+    for name in names:
+        _, model = suite_instance(name)
+        w = model.workload
+        best, _, moves = anneal(model.t_pp, model.t_dp, w.d_pp, w.d_dp, 30.0)
+        known[name] = min(known.get(name, best), best)
+        out[name] = best
+        print(f"  {name}: plain SA 30 s: {best:.3f} ({moves:,} moves)", flush=True)
+    return out
+
+
+def pct(v: float, ref: float) -> str:
+    return f"+{100 * (v / ref - 1):.1f}%" if v == v else "-"
+
+
+def main(argv: list[str]) -> None:
+    what = argv[0] if argv else "all"
+    long = tuple(argv[argv.index("--long") + 1].split(",")) if "--long" in argv else DEFAULT_LONG
+    workers = int(argv[argv.index("--workers") + 1]) if "--workers" in argv else 2
+    names = list(SUITE)
+    known: dict[str, float] = {}
+    rows = spread = sa = None
+    if what in ("anytime", "all"):
+        print("anytime runs:")
+        rows = run_anytime(names, long, workers, known)
+    if what in ("spread", "all"):
+        print("seed spread:")
+        spread = run_spread(names, workers, known)
+    if what in ("sa", "all"):
+        print("plain simulated annealing:")
+        sa = run_sa(names, known)
+    if rows:
+        print("\n| instance | best known | default (time) | " + " | ".join(f"{t} s" for t in MARKS) + " |")
+        print("|---|---|---|" + "---|" * len(MARKS))
+        for name, dfun, ds, marks, _ in rows:
+            ref = known[name]
+            cells = [pct(marks[t], ref) if t in marks else "" for t in MARKS]
+            print(f"| {name} | {ref:.3f} | {pct(dfun, ref)} ({ds:.1f} s) | " + " | ".join(cells) + " |")
+    if spread:
+        print("\n| instance | best of 5 | worst of 5 | spread | plain SA 30 s |")
+        print("|---|---|---|---|---|")
+        for name, vals in spread.items():
+            sa_cell = pct(sa[name], known[name]) if sa else ""
+            print(f"| {name} | {min(vals):.3f} | {max(vals):.3f} | "
+                  f"{100 * (max(vals) / min(vals) - 1):.2f}% | {sa_cell} |")
+    if what in ("bound", "all"):
+        print("\n| instance | Comm | separate bound (gap) | joint bound (gap) | bound time |")
+        print("|---|---|---|---|---|")
+        for name in names:
+            fabric, model = suite_instance(name)
+            comm = known.get(name) or solve(model, seed=0, seed_orders=seed_orders_for(fabric),
+                                            workers=workers).fun
+            sep, joint = separate_bound(model), lower_bound(model, 1.0)
+            print(f"| {name} | {comm:.3f} | {sep.value:.2f} ({100 * sep.gap(comm):.0f}%) | "
+                  f"{joint.value:.2f} ({100 * joint.gap(comm):.0f}%) | {joint.elapsed_s:.1f} s |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,157 @@
+"""Anytime improvement: iterated local search with annealed acceptance and group mixing.
+
+One *walk* starts from the best placement known (the elite) and repeats::
+
+    candidate = descend(perturb(current))            (solver.descent)
+    current   = candidate  if Comm(candidate) < Comm(current)
+                           or  u < exp(-(Comm(candidate) - Comm(current)) / (tau * Comm(current)))
+    best      = min(best, candidate)
+
+Perturbations alternate between two kinds:
+
+- *swaps*: 2 .. 2 + sqrt(N) random swaps, half of them touching a device of the
+  critical structure (the worst stage group, the bottleneck links);
+- *group mix* (a large-neighbourhood move): the devices of 2-3 stage groups, the worst
+  one among them, are pooled and dealt back at random, and the descent repairs them.
+  Swap search moves one device at a time; a mix moves whole blocks, which is what it
+  takes to leave the basins seen on hierarchical fabrics, where a good layout differs
+  from a local optimum by exchanging several hosts between stage groups at once.
+
+Every other walk (alternating over workers and rounds) is *hot-started*: it first runs
+a heat-bath annealing from the elite (solver.anneal) over most of its budget, then the
+ILS from where that ended, so some walks always explore far from the elite.
+
+Acceptance: tau (relative temperature) falls geometrically from ``TAU_START`` to
+``TAU_END`` over a walk, so early in a walk it crosses ridges of a few percent and late
+it only descends (simulated annealing on the ILS level; Lourenco, Martin and Stuetzle,
+"Iterated Local Search", 2003). A walk is a pure function of its start, its random
+stream and its budget of scored swaps, which is what makes the parallel search
+(solver.workers) reproducible.
+
+Why this mix (measured with ``benchmarks/anytime.py`` on the SYNTHETIC hierarchical
+suite, 2 cores shared with other work, one run each, so figures are noisy):
+
+- the search before the anytime rounds (topology starts, then 8 perturbed or random
+  restarts, improvement-only) ended "converged" on the 48-GPU 4 x 12 instance at 23.43
+  after 3.3 s, and a time limit gave the same answer;
+- walks of annealed ILS with group mixing (and annealing walks) reached 22.95 there at
+  10 s and 22.60 at 30 s, the best known; 96 GPUs 12 x 8: +3.5% above its best known
+  at 3 s, +2.4% at 30 s;
+- ILS walks alone stay in the starts' basin where good layouts are far from every
+  topology start: the 192-GPU 8 x 24 instance sat at 50.0 at 30 s while a longer run
+  reached 41.2; with annealing walks sized to fit the time limit it reached 41.9 at
+  30 s. The 80-GPU 10 x 8 instance is still 8.5% above the plain annealer's best at
+  120 s (benchmarks/sa_baseline.py): the open case.
+
+So walks alternate: ILS walks refine the elite, annealing walks explore, and the rounds
+keep the better.
+
+Cost: one iteration is a perturbation (O(N)) plus a descent (a few local-search sweeps,
+each O(N^2 D_DP) array work, and partition passes of at most 4 N exact matchings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from solver.anneal import anneal
+from solver.descent import Effort, descend
+
+TAU_START = 0.02
+TAU_END = 0.001
+#: Swaps scored per walk when no budget is given, in units of N^2 (one full sweep).
+WALK_SWEEPS = 20
+#: The same with a time limit: longer walks, so hot-started ones can anneal far.
+WALK_SWEEPS_TIMED = 200
+#: Share of a hot-started walk's budget spent annealing before the ILS takes over.
+ANNEAL_SHARE = 0.8
+
+
+@dataclass(eq=False)
+class Walk:
+    """What one walk returns: its best grid, Comm, work, and when it improved."""
+
+    grid: np.ndarray
+    fun: float
+    strategy: str
+    nfev: int
+    nit: int
+    iterations: int
+    trace: list[tuple[float, float]] = field(default_factory=list)  #: (clock, Comm)
+
+
+def _critical(model, grid: np.ndarray) -> np.ndarray:
+    score = model.score_grid(grid)
+    worst = grid[:, int(np.argmax(score.stage_data_p))]
+    ends = np.array([d for pair in score.bottlenecks for d in pair], dtype=int)
+    return np.unique(np.concatenate([worst, ends]))
+
+
+def perturb_swaps(model, grid: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """2 .. 2 + sqrt(N) random swaps, every other one moving a critical device."""
+    out = grid.copy()
+    flat = out.ravel()
+    critical = _critical(model, grid)
+    pos = np.empty(model.n, dtype=int)
+    for k in range(int(rng.integers(2, 3 + int(np.sqrt(model.n))))):
+        pos[flat] = np.arange(flat.size)
+        i = pos[int(rng.choice(critical))] if k % 2 == 0 else int(rng.integers(flat.size))
+        j = int(rng.integers(flat.size))
+        flat[i], flat[j] = flat[j], flat[i]
+    return out
+
+
+def perturb_mix(model, grid: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Pool the devices of the worst stage group and 1-2 others, deal them back at random."""
+    p = grid.shape[1]
+    if p < 2:
+        return perturb_swaps(model, grid, rng)
+    worst = int(np.argmax(model.score_grid(grid).stage_data_p))
+    chosen = [worst] if rng.random() < 0.5 else []  # half the time, leave the worst alone
+    rest = [s for s in range(p) if s not in chosen]
+    need = min(len(rest), int(rng.integers(2, 4)) - len(chosen))
+    cols = chosen + [int(c) for c in rng.choice(rest, size=need, replace=False)]
+    out = grid.copy()
+    pool = out[:, cols].ravel()
+    out[:, cols] = rng.permutation(pool).reshape(grid.shape[0], len(cols))
+    return out
+
+
+def walk(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort: Effort,
+         *, clock: Callable[[], float], on_best: Callable[[float], None] = lambda f: None,
+         strategy_prefix: str = "", hot_start: bool = False) -> Walk:
+    """Improve ``grid`` (Comm ``fun``) until ``effort`` says stop; see the module text.
+
+    ``hot_start``: spend the first ANNEAL_SHARE of the budget on a heat-bath annealing
+    run from ``grid`` (solver.anneal) and continue the ILS from where it ended."""
+    best_grid, best = grid.copy(), fun
+    current, cur = grid.copy(), fun
+    start_budget = max(1, effort.budget - effort.nfev)
+    start_nfev, start_nit = effort.nfev, effort.nit
+    strategy, trace, k = "", [], 0
+    if hot_start and not effort.should_stop():
+        current, cur = anneal(model, grid, rng, effort, evals=int(ANNEAL_SHARE * start_budget))
+        if cur < best - 1e-12 * max(1.0, best):
+            best_grid, best = current.copy(), cur
+            strategy = f"{strategy_prefix}heat-bath annealing"
+            trace.append((clock(), best))
+            on_best(best)
+    while not effort.should_stop():
+        kind = "group mix" if k % 2 == 0 else "swaps"
+        k += 1
+        cand = (perturb_mix if kind == "group mix" else perturb_swaps)(model, current, rng)
+        state = descend(model, cand, rng, effort)
+        score = state.score
+        done = min(1.0, (effort.nfev - start_nfev) / start_budget)
+        tau = TAU_START * (TAU_END / TAU_START) ** done
+        if score < cur or rng.random() < np.exp(-(score - cur) / (tau * max(cur, 1e-12))):
+            current, cur = state.grid.copy(), score
+        if score < best - 1e-12 * max(1.0, best):
+            best_grid, best = state.grid.copy(), score
+            strategy = f"{strategy_prefix}annealed ILS, {kind} perturbation"
+            trace.append((clock(), best))
+            on_best(best)
+    return Walk(best_grid, best, strategy, effort.nfev - start_nfev, effort.nit - start_nit, k, trace)

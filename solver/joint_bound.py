@@ -1,0 +1,327 @@
+"""A joint lower bound on Comm that couples DataP and Pipeline through cheap components.
+
+Fix a threshold ``t`` and let ``K_1 .. K_m`` (sizes ``z_c``) be the connected components
+of the graph of device pairs with ``T_pp < t``. Call a pipeline edge *cheap* when its
+bottleneck matching is below ``t``: then every matched pair lies inside one component,
+so the two stage groups hold the same number of devices of each component, i.e. the same
+*component vector* ``v`` (``v_c`` = devices of ``K_c``, ``sum_c v_c = D_DP``). An edge
+that is not cheap costs at least ``t``; every edge costs at least ``m_1``, the cheapest
+link. With ``x`` edges not cheap, the ``D_PP`` groups in pipeline order fall into at
+most ``x + 1`` *runs* of equal vectors; a run of length ``L`` with vector ``v`` uses
+``L v`` devices, so::
+
+    z = sum_j L_j v_j,    sum_j L_j = D_PP,   at most x + 1 terms              (*)
+
+A group with vector ``v`` has DataP at least
+``D(v) = max_{c: v_c > 0} min_{d in K_c} sum_{c'} (sum of the v_c' - [c = c'] smallest
+T_dp[d, .] over K_c' minus d)``, so for each ``x``::
+
+    Comm >= max(P_sep, 2 ((D_PP - 1 - x) m_1 + x t)) + max(D_sep, Dmin(x + 1))
+
+where ``Dmin(q)`` is the least ``max_j D(v_j)`` over decompositions (*) with at most ``q``
+terms, and ``P_sep``, ``D_sep`` are the separate bounds (solver.bounds). The bound for
+``t`` is the minimum over ``x``; the reported bound is the maximum over thresholds.
+Every step relaxes the problem, so the value never exceeds the optimum.
+
+Exactness and cost. ``Dmin(q)`` is computed exactly by depth-first search over the
+vectors with ``D(v) <= delta`` for increasing ``delta``: the last term of a decomposition
+is determined by the others, so ``q`` terms cost ``O((|V| D_PP)^(q - 1))`` checks. It is
+exact for ``q <= QMAX`` and when the search stays under ``NODE_LIMIT`` nodes; beyond
+that ``Dmin`` falls back to ``min_v D(v)`` (a weaker, still valid, value). Thresholds
+are the distinct minimum-spanning-tree weights (where components merge), tried from
+few components to many while the vector count ``|V| <= VECTOR_LIMIT`` and the budget
+lasts. The budget is counted in search nodes (NODES_PER_SECOND per second asked for),
+so the value does not depend on machine load. Building ``D`` costs ``O(N |V| m)``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from scipy.sparse.csgraph import connected_components, minimum_spanning_tree
+
+#: Most component vectors enumerated for one threshold.
+VECTOR_LIMIT = 20_000
+#: Most run terms whose decompositions are searched exactly.
+QMAX = 4
+#: Most search nodes per (threshold, delta) feasibility test before giving up (valid).
+NODE_LIMIT = 200_000
+#: Search nodes granted per second of time budget. The budget is counted in nodes, not
+#: read from the clock, so the bound is the same on a fast and on a loaded machine; the
+#: clock is only a safety net at SAFETY x the budget.
+NODES_PER_SECOND = 40_000
+SAFETY = 10.0
+
+
+class _Work:
+    """Search nodes left for the whole bound, and the safety deadline."""
+
+    def __init__(self, seconds: float) -> None:
+        self.left = int(NODES_PER_SECOND * seconds)
+        self.deadline = time.monotonic() + SAFETY * seconds + 0.5
+
+    def spent(self) -> bool:
+        return self.left <= 0 or time.monotonic() > self.deadline
+
+
+def _vectors(z: np.ndarray, r: int) -> np.ndarray | None:
+    """All integer vectors ``0 <= v <= z`` with ``sum v = r`` (None above VECTOR_LIMIT)."""
+    cur = np.zeros((1, 0), dtype=np.int64)
+    left_cap = np.concatenate([np.cumsum(z[::-1])[::-1][1:], [0]])  # capacity after c
+    for c, cap in enumerate(np.minimum(z, r)):
+        used = cur.sum(axis=1)
+        parts = []
+        for k in range(int(cap) + 1):
+            ok = (used + k <= r) & (used + k + left_cap[c] >= r)
+            if ok.any():
+                parts.append(np.hstack([cur[ok], np.full((int(ok.sum()), 1), k, dtype=np.int64)]))
+        cur = np.vstack(parts) if parts else np.zeros((0, c + 1), dtype=np.int64)
+        if len(cur) > VECTOR_LIMIT:
+            return None
+    return cur
+
+
+def _cumulative(t_dp: np.ndarray, labels: np.ndarray, m: int, r: int) -> np.ndarray:
+    """``cum[d, c, k]``: sum of the k smallest ``T_dp[d, e]``, e in component c, e != d."""
+    n = t_dp.shape[0]
+    cum = np.full((n, m, r + 1), np.inf)
+    cum[:, :, 0] = 0.0
+    for c in range(m):
+        members = np.flatnonzero(labels == c)
+        block = t_dp[:, members].copy()
+        block[members, np.arange(len(members))] = np.inf  # d is not its own peer
+        block.sort(axis=1)
+        k = min(r, len(members))
+        cum[:, c, 1:k + 1] = np.cumsum(block[:, :k], axis=1)
+    return cum
+
+
+def _group_data_p(cum: np.ndarray, labels: np.ndarray, vecs: np.ndarray) -> np.ndarray:
+    """``D(v)`` for every row of ``vecs`` (see the module text). O(N |V| m)."""
+    m = vecs.shape[1]
+    out = np.full(len(vecs), -np.inf)
+    cols = np.arange(m)
+    for c in range(m):
+        members = np.flatnonzero(labels == c)
+        present = vecs[:, c] > 0
+        if not present.any() or len(members) == 0:
+            continue
+        idx = vecs[present].copy()
+        idx[:, c] -= 1
+        best = np.full(len(idx), np.inf)
+        for chunk in range(0, len(members), 64):
+            rows = cum[members[chunk:chunk + 64]]  # (d, m, r + 1)
+            vals = rows[:, cols[None, :], idx].sum(axis=2)  # (d, |V|)
+            best = np.minimum(best, vals.min(axis=0))
+        out[present] = np.maximum(out[present], best)
+    return out
+
+
+class _Decompositions:
+    """Exact search for (*) with vectors from an allowed set (see the module text)."""
+
+    def __init__(self, vecs: np.ndarray, allowed: np.ndarray, work: _Work) -> None:
+        self.vecs = vecs[allowed]
+        self.keys = {tuple(v) for v in self.vecs.tolist()}
+        self.work = work
+        self.nodes = 0
+
+    def feasible(self, rem: np.ndarray, length: int, q: int, first: int = 0) -> bool:
+        """Can ``rem`` be written as at most ``q`` terms ``L v`` with ``sum L = length``?
+
+        Raises OverflowError past NODE_LIMIT nodes or when the work is spent (the caller
+        then falls back to a weaker valid value)."""
+        self.nodes += 1
+        self.work.left -= 1
+        if self.nodes > NODE_LIMIT or self.work.left <= 0 or (
+                self.nodes % 1024 == 0 and time.monotonic() > self.work.deadline):
+            raise OverflowError
+        if length == 0:
+            return not rem.any()
+        if q == 1:
+            if (rem % length).any():
+                return False
+            return tuple((rem // length).tolist()) in self.keys
+        fits = np.flatnonzero((self.vecs[first:] <= rem).all(axis=1)) + first
+        for i in fits.tolist():
+            v = self.vecs[i]
+            for size in range(1, length):
+                left = rem - size * v
+                if (left < 0).any():
+                    break
+                if self.feasible(left, length - size, q - 1, i):
+                    return True
+        return False
+
+
+def _dmin(values: np.ndarray, vecs: np.ndarray, z: np.ndarray, p: int, q: int,
+          work: _Work) -> float:
+    """Least ``delta`` with a decomposition of at most ``q`` terms (or the valid fallback)."""
+    fallback = float(values.min())
+    for delta in np.unique(values):
+        if work.spent():
+            return fallback
+        search = _Decompositions(vecs, values <= delta, work)
+        try:
+            if search.feasible(z.copy(), p, q):
+                return float(delta)
+        except OverflowError:
+            return fallback
+    return np.inf  # no decomposition with q terms at all
+
+
+def _pair_floor(t_pp: np.ndarray, labels: np.ndarray, m: int) -> np.ndarray:
+    """``C[c, c']``: the cheapest link between components c and c' (inside c on the diagonal)."""
+    n = t_pp.shape[0]
+    off = np.where(np.eye(n, dtype=bool), np.inf, t_pp)
+    out = np.full((m, m), np.inf)
+    for c in range(m):
+        rows = off[labels == c]
+        for c2 in range(m):
+            out[c, c2] = rows[:, labels == c2].min()
+    return out
+
+
+class _EdgeFloor:
+    """``B(v, v')``: least bottleneck over transport plans between two component vectors.
+
+    An edge between stage groups with vectors v and v' matches v_c devices of component c
+    to devices of v', so it costs at least the least threshold theta at which a plan
+    using only pairs with ``C[c, c'] <= theta`` exists. Feasibility by Hall's condition
+    over the 2^m row subsets: ``sum_{c in S} v_c <= sum_{c' in N(S)} v'_c'``."""
+
+    def __init__(self, floor: np.ndarray, vecs: np.ndarray, work: _Work) -> None:
+        self.floor, self.vecs, self.work = floor, vecs, work
+        m = floor.shape[0]
+        self.cost = 4 + (1 << m) * m // 32  # in search nodes, for the work budget
+        self.levels = np.unique(floor[np.isfinite(floor)])
+        self.subsets = ((np.arange(1, 1 << m)[:, None] >> np.arange(m)) & 1).astype(bool)
+        self.cache: dict[tuple[int, int], float] = {}
+
+    def __call__(self, i: int, j: int) -> float:
+        key = (i, j) if i < j else (j, i)
+        if key not in self.cache:
+            self.cache[key] = self._solve(self.vecs[key[0]], self.vecs[key[1]])
+            self.work.left -= self.cost
+        return self.cache[key]
+
+    def _solve(self, v: np.ndarray, w: np.ndarray) -> float:
+        for theta in self.levels:
+            allowed = self.floor <= theta
+            need = self.subsets @ v
+            reach = (self.subsets.astype(int) @ allowed.astype(int)) > 0  # N(S) per subset
+            if (need <= reach @ w).all():
+                return float(theta)
+        return float(self.levels[-1])
+
+
+def _ordered_cost(pieces: list[int], edge: _EdgeFloor) -> float:
+    """Least sum of B over consecutive pieces, over orders with consecutive pieces distinct."""
+    from itertools import permutations
+
+    best = np.inf
+    for order in set(permutations(pieces)):
+        if any(a == b for a, b in zip(order, order[1:])):
+            continue
+        best = min(best, sum(edge(a, b) for a, b in zip(order, order[1:])))
+    return best
+
+
+class _Runs:
+    """All decompositions (*) into exactly ``q`` pieces, scored with ordered edge floors."""
+
+    def __init__(self, vecs, values, edge: _EdgeFloor, work: _Work, score) -> None:
+        self.vecs, self.values, self.edge, self.work, self.score = vecs, values, edge, work, score
+        self.index = {tuple(v): i for i, v in enumerate(vecs.tolist())}
+        self.best = np.inf
+        self.nodes = 0
+
+    def search(self, rem, length, q, first, chosen, dmax, cap) -> None:
+        self.nodes += 1
+        self.work.left -= 1
+        if self.nodes > NODE_LIMIT or self.work.left <= 0 or (
+                self.nodes % 256 == 0 and time.monotonic() > self.work.deadline):
+            raise OverflowError
+        if q == 1:
+            if (rem % length).any():
+                return
+            last = self.index.get(tuple((rem // length).tolist()))
+            if last is None or last < first or self.values[last] > cap:
+                return
+            pieces = chosen + [last]
+            self.work.left -= 8 * len(pieces) ** 2  # orders and edge floors cost more than a node
+            d = max(dmax, float(self.values[last]))
+            self.best = min(self.best, self.score(d, _ordered_cost(pieces, self.edge)))
+            return
+        ok = (self.vecs[first:] <= rem).all(axis=1) & (self.values[first:] <= cap)
+        for i in (np.flatnonzero(ok) + first).tolist():
+            v = self.vecs[i]
+            for size in range(1, length - q + 2):
+                left = rem - size * v
+                if (left < 0).any():
+                    break
+                self.search(left, length - size, q - 1, i, chosen + [i], max(dmax, float(self.values[i])), cap)
+
+
+def threshold_bound(t_pp, t_dp, d_pp, d_dp, t, p_sep, d_sep, work: _Work) -> float | None:
+    """The bound for one threshold ``t`` (None when there are too many vectors)."""
+    n = t_pp.shape[0]
+    cheap = (t_pp < t) & ~np.eye(n, dtype=bool)
+    m, labels = connected_components(cheap, directed=False)
+    z = np.bincount(labels, minlength=m).astype(np.int64)
+    vecs = _vectors(z, d_dp)
+    if vecs is None or m < 2:
+        return None
+    values = _group_data_p(_cumulative(t_dp, labels, m, d_dp), labels, vecs)
+    work.left -= len(vecs) * n // 64  # building D counts against the budget too
+    m1 = float(t_pp[~np.eye(n, dtype=bool)].min())
+    edge = _EdgeFloor(_pair_floor(t_pp, labels, m), vecs, work)
+    best = np.inf
+    for x in range(d_pp):
+        pipe = max(p_sep, 2.0 * ((d_pp - 1 - x) * m1 + x * t))
+        if pipe + d_sep >= best:
+            break  # pipe only grows with x and the DataP part is at least d_sep
+        best = min(best, _bound_for(x, pipe, m1, d_pp, p_sep, d_sep, vecs, values, z, edge, work, best))
+    return best
+
+
+def _bound_for(x, pipe, m1, d_pp, p_sep, d_sep, vecs, values, z, edge, work, best) -> float:
+    """Least Comm floor over placements with exactly ``x`` edges not cheap."""
+    if x + 1 > QMAX:
+        return pipe + max(d_sep, float(values.min()))
+
+    def score(dmax: float, edges: float) -> float:
+        return max(d_sep, dmax) + max(p_sep, 2.0 * ((d_pp - 1 - x) * m1 + edges))
+
+    runs = _Runs(vecs, values, edge, work, score)
+    try:
+        runs.search(z.copy(), d_pp, x + 1, 0, [], -np.inf, best - pipe + 1e-12 if np.isfinite(best) else np.inf)
+    except OverflowError:  # too many decompositions: the weaker run-count bound
+        return pipe + max(d_sep, _dmin(values, vecs, z, d_pp, x + 1, work))
+    return runs.best
+
+
+def thresholds(t_pp: np.ndarray) -> np.ndarray:
+    """Distinct minimum-spanning-tree weights, largest first (fewest components first)."""
+    w = np.where(t_pp > 0, t_pp, np.finfo(float).tiny)
+    np.fill_diagonal(w, 0.0)
+    return np.unique(minimum_spanning_tree(w).data)[::-1]
+
+
+def joint_bound(model, p_sep: float, d_sep: float, time_budget_s: float) -> tuple[float, float | None]:
+    """``(value, threshold)``: the best bound over thresholds (value -inf if none applied)."""
+    w = model.workload
+    if w.d_pp < 2 or w.d_dp < 2:
+        return -np.inf, None
+    work = _Work(time_budget_s)
+    best, at = -np.inf, None
+    for t in thresholds(model.t_pp):
+        if work.spent():
+            break
+        value = threshold_bound(model.t_pp, model.t_dp, w.d_pp, w.d_dp, float(t), p_sep, d_sep, work)
+        if value is None:
+            break  # below this threshold there are more components, so more vectors
+        if value > best:
+            best, at = value, float(t)
+    return best, at

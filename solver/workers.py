@@ -1,0 +1,278 @@
+"""Parallel anytime search: walks in worker processes, in rounds, sharing the best.
+
+Round ``k`` hands every worker ``w`` the best placement known (the elite) and a random
+stream seeded ``(seed, w, k)``; each runs one walk (solver.anytime; hot-started with
+annealing when ``w + k`` is odd) for a fixed number of
+scored swaps, or until the deadline or a cancel. When every worker has answered, the
+best walk (ties: lowest worker index) becomes the elite of round ``k + 1``. Without a
+deadline a round is a pure function of the elite, the seed and the worker count, so the
+whole search is reproducible for a given ``seed`` and ``workers``.
+
+Processes, not threads: a walk is Python-level loops over numpy calls and holds the
+GIL. Workers are forked from a ``forkserver`` (``spawn`` where that is missing), never
+from the caller itself, which may be a multi-threaded console. They start while the
+caller runs the topology starts, so their start-up (importing numpy and scipy) overlaps
+useful work.
+
+Cancellation: one shared ``Event`` that every worker tests in its stop check (between
+device batches, every few milliseconds), so a cancel stops all of them at once; each
+then reports the best of its walk. A worker that dies (killed, out of memory) is seen
+through its process sentinel, reported in ``Outcome.errors``, and the search goes on
+with the others; a worker that does not answer within ``STOP_GRACE_S`` of a stop is
+terminated.
+
+With ``workers == 1`` the walks run in the calling process (same rounds, same streams,
+same result as one worker process).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from typing import Callable
+
+import numpy as np
+
+from solver.anytime import Walk, walk
+from solver.descent import Effort
+
+#: Seconds a stopped worker gets to hand back its best before it is terminated.
+STOP_GRACE_S = 5.0
+#: How often (seconds) the coordinating process polls its stop test while workers run.
+POLL_S = 0.05
+#: Niceness added to worker processes, so the process that started them (the console's
+#: UI, a shell) stays responsive when the workers take every core.
+WORKER_NICE = 4
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(eq=False)
+class Outcome:
+    """Best placement of the rounds, who found it, and what went wrong on the way."""
+
+    grid: np.ndarray
+    fun: float
+    strategy: str = ""
+    worker: int | None = None
+    nfev: int = 0
+    nit: int = 0
+    rounds: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """How the rounds run: scored swaps per walk, the stop rule, the deadline."""
+
+    seed: int
+    walk_evals: int
+    patience: int  #: rounds without improvement before stopping (no deadline)
+    budget: int  #: most swaps scored over all rounds (no deadline)
+    deadline: float | None  #: time.monotonic() at which to stop
+
+
+def _context():
+    methods = mp.get_all_start_methods()
+    ctx = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if "forkserver" in methods:
+        ctx.set_forkserver_preload(["numpy", "scipy.sparse.csgraph", "solver.workers"])
+    return ctx
+
+
+def _one_walk(model, index, k, grid, fun, plan: Rounds, stop, on_best) -> Walk:
+    clock = time.monotonic
+    deadline = plan.deadline
+
+    def should_stop() -> bool:
+        return stop() or (deadline is not None and clock() >= deadline)
+
+    rng = np.random.default_rng([plan.seed, index, k])
+    return walk(model, grid, fun, rng, Effort(plan.walk_evals, should_stop), clock=clock,
+                on_best=on_best, strategy_prefix=f"worker {index}: ", hot_start=(index + k) % 2 == 1)
+
+
+def _orphan_check(every: int = 256) -> Callable[[], bool]:
+    """True once the coordinating process is gone (tested every ``every`` calls)."""
+    parent = mp.parent_process()
+    calls = [0]
+
+    def gone() -> bool:
+        calls[0] += 1
+        if parent is None or calls[0] % every:
+            return False
+        return bool(wait([parent.sentinel], timeout=0))
+
+    return gone
+
+
+def _worker_main(conn, stop_event, model, index: int) -> None:
+    """Body of a worker process: run walks on request until told to quit (or orphaned)."""
+    orphaned = _orphan_check()
+    # Ctrl-C in a terminal reaches the whole process group: the caller decides how to
+    # stop (it sets stop_event and keeps the best so far), so a worker ignores it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:  # the caller (a console's event loop) keeps priority over its workers
+        os.nice(WORKER_NICE)
+    except OSError:
+        pass
+
+    def stop() -> bool:
+        return stop_event.is_set() or orphaned()
+
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg[0] != "walk":
+            return
+        _, k, grid, fun, plan = msg
+        done = _one_walk(model, index, k, grid, fun, plan, stop,
+                         lambda f: conn.send(("best", index, f, time.monotonic())))
+        conn.send(("done", index, k, done))
+
+
+class WorkerPool:
+    """Worker processes for one solve (``workers > 1``) or the calling process (1)."""
+
+    def __init__(self, model, workers: int) -> None:
+        self.model, self.workers = model, int(workers)
+        self.procs: list = []
+        self.conns: list = []
+        self.live: list[int] = []
+        self.errors: list[str] = []
+        self.stop_event = None
+
+    def start(self) -> None:
+        """Start the worker processes (none for one worker); may run in a helper thread.
+
+        If processes cannot be started, the walks run in this process and ``errors``
+        says why."""
+        try:
+            self._start()
+        except (OSError, RuntimeError, ValueError) as exc:
+            self.close()
+            self.errors.append(f"worker processes could not start ({exc}); searched in-process")
+            self.workers = 1
+
+    def _start(self) -> None:
+        if self.workers > 1:
+            ctx = _context()
+            self.stop_event = ctx.Event()
+            for w in range(self.workers):
+                parent, child = ctx.Pipe()
+                proc = ctx.Process(target=_worker_main, args=(child, self.stop_event, self.model, w),
+                                   daemon=True, name=f"geoconsole-solver-{w}")
+                proc.start()
+                child.close()
+                self.procs.append(proc)
+                self.conns.append(parent)
+            self.live = list(range(self.workers))
+
+    # -- one round ---------------------------------------------------------------
+    def _round_inline(self, k, grid, fun, plan, stop, on_best) -> dict[int, Walk]:
+        return {0: _one_walk(self.model, 0, k, grid, fun, plan, stop,
+                             lambda f: on_best(f, 0, time.monotonic()))}
+
+    def _lost(self, w: int, why: str) -> None:
+        code = self.procs[w].exitcode
+        self.errors.append(f"worker {w} {why} (exit code {code}); the search went on without it")
+        self.live.remove(w)
+
+    def _round_processes(self, k, grid, fun, plan, stop, on_best) -> dict[int, Walk]:
+        for w in list(self.live):
+            try:
+                self.conns[w].send(("walk", k, grid, fun, plan))
+            except OSError:  # BrokenPipeError: it is gone
+                self.procs[w].join(timeout=1.0)
+                self._lost(w, "died")
+        results: dict[int, Walk] = {}
+        pending = set(self.live)
+        stopped_at = None
+        while pending:
+            handles = {self.conns[w]: w for w in pending}
+            sentinels = {self.procs[w].sentinel: w for w in pending}
+            for ready in wait(list(handles) + list(sentinels), timeout=POLL_S):
+                w = handles.get(ready, sentinels.get(ready))
+                if w not in pending:
+                    continue
+                try:
+                    while self.conns[w].poll():
+                        msg = self.conns[w].recv()
+                        if msg[0] == "best":
+                            on_best(msg[2], w, msg[3])
+                        else:
+                            results[w] = msg[3]
+                            pending.discard(w)
+                            break
+                except (EOFError, OSError):
+                    pass
+                if w in pending and not self.procs[w].is_alive():
+                    pending.discard(w)
+                    self._lost(w, "died")
+            if stopped_at is None and stop():
+                self.stop_event.set()
+                stopped_at = time.monotonic()
+            if stopped_at is not None and time.monotonic() - stopped_at > STOP_GRACE_S:
+                for w in sorted(pending):
+                    self.procs[w].terminate()
+                    self._lost(w, "did not stop in time and was terminated")
+                pending.clear()
+        return results
+
+    def run(self, grid: np.ndarray, fun: float, plan: Rounds, stop: Callable[[], bool],
+            on_best: Callable[[float, int, float], None]) -> Outcome:
+        """Rounds from ``grid`` until the plan's stop rule, the deadline or ``stop()``.
+
+        ``on_best(comm, worker, clock)`` is called as walks improve on their start.
+        """
+        out = Outcome(grid.copy(), float(fun))
+        stall = 0
+        while not stop() and (self.workers == 1 or self.live):
+            if plan.deadline is not None and time.monotonic() >= plan.deadline:
+                break
+            if plan.deadline is None and (stall >= plan.patience or out.nfev >= plan.budget):
+                break
+            runner = self._round_inline if self.workers == 1 else self._round_processes
+            results = runner(out.rounds, out.grid, out.fun, plan, stop, on_best)
+            out.rounds += 1
+            improved = False
+            for w in sorted(results):
+                r = results[w]
+                out.nfev += r.nfev
+                out.nit += r.nit
+                if r.fun < out.fun - 1e-12 * max(1.0, out.fun):
+                    out.grid, out.fun, out.strategy, out.worker = r.grid, r.fun, r.strategy, w
+                    improved = True
+            stall = 0 if improved else stall + 1
+        out.errors = list(self.errors)
+        return out
+
+    def close(self) -> None:
+        """Stop and reap every worker process (idempotent)."""
+        if self.stop_event is not None:
+            self.stop_event.set()
+        for w in self.live:
+            try:
+                self.conns[w].send(("quit",))
+            except (OSError, BrokenPipeError):
+                pass
+        for proc in self.procs:
+            proc.join(timeout=1.0)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=1.0)
+        for conn in self.conns:
+            conn.close()
+        self.procs, self.conns, self.live = [], [], []
