@@ -84,6 +84,13 @@ class ProbeSettings:
     command: str | None = None
     #: ``"all"``, ``"sampled"``, or ``None``: sampled when a host has several devices.
     strategy: str | None = None
+    #: Repetitions of a sampled pair (``None``: ``reps - 1``, at least 1): the inference
+    #: pools at least two sampled pairs per host pair and direction, so each direction
+    #: still rests on more timed repetitions per size than one pair of a full sweep.
+    sampled_reps: int | None = None
+    #: The concurrent test moves this share of ``max_transfer_s`` at one pair's rate,
+    #: once each way after a warm-up: it only has to tell one shared link from several.
+    group_share: float = 0.5
 
     def __post_init__(self) -> None:
         if self.strategy not in (None, *STRATEGIES):
@@ -95,7 +102,14 @@ class ProbeSettings:
             "max_transfer_s": self.max_transfer_s, "min_bytes": self.min_bytes,
             "pair_timeout_s": self.pair_timeout_s, "host_timeout_s": self.host_timeout_s,
             "schedule": "sequential" if self.sequential else "tournament", "min_r2": self.min_r2,
+            "sampled_reps": self.pair_reps(True), "group_share": self.group_share,
         }
+
+    def pair_reps(self, sampled: bool) -> int:
+        """Timed repetitions per size of a pair (of a sampled sweep, or not)."""
+        if not sampled:
+            return self.reps
+        return self.sampled_reps if self.sampled_reps is not None else max(1, self.reps - 1)
 
 
 # -- events --------------------------------------------------------------------------
@@ -585,6 +599,9 @@ class Sweep:
     async def _dispatch(self) -> None:
         """Run every slot as soon as its hosts are set up and free (see the module docstring)."""
         pending = [(r.index, slot) for r in self.rounds for slot in r.slots]
+        if not self.settings.sequential:
+            # Inside-host slots last: they fill the hosts a round leaves idle (byes).
+            pending.sort(key=lambda e: len(e[1].hosts) == 1)
         sizes = {r.index: len(r.slots) for r in self.rounds}
         running: dict[asyncio.Task, tuple[str, ...]] = {}
         busy: set[str] = set()
@@ -674,7 +691,7 @@ class Sweep:
             self._group_done(GroupMeasured((a, b), flows, nan, single, False, 0.0, "no sampled pair measured"))
             return
         # The whole test moves about max_transfer_s of one pair's rate, split over the flows.
-        nbytes = max(int(min(single) * 1e9 / 8 * s.max_transfer_s / flows), s.min_bytes)
+        nbytes = max(int(min(single) * 1e9 / 8 * s.max_transfer_s * s.group_share / flows), s.min_bytes)
         try:
             times = await self._group_job(rows_a, rows_b, nbytes)
         except _PairError as exc:
@@ -697,7 +714,7 @@ class Sweep:
             raise _PairError("no worker")
         ha, hb = self.hosts_by_name(self.device_hosts[rows_a[0]]), self.hosts_by_name(self.device_hosts[rows_b[0]])
         job_id = f"group-{ha.name}-{hb.name}-{time.monotonic_ns()}"
-        common = {"op": "group", "id": job_id, "world": len(ranks), "nbytes": nbytes, "reps": s.reps,
+        common = {"op": "group", "id": job_id, "world": len(ranks), "nbytes": nbytes, "reps": 1,
                   "senders": list(range(len(rows_a))), "receivers": list(range(len(rows_a), len(ranks))),
                   "master_addr": ha.address, "timeout_s": s.pair_timeout_s}
         jobs = []
@@ -771,7 +788,8 @@ class Sweep:
         ha, hb = self.hosts_by_name(self.device_hosts[i]), self.hosts_by_name(self.device_hosts[j])
         same = ha.name == hb.name
         job_id = f"{i}-{j}-{time.monotonic_ns()}"
-        common = {"op": "pair", "id": job_id, "sizes": list(s.sizes_bytes), "reps": s.reps,
+        common = {"op": "pair", "id": job_id, "sizes": list(s.sizes_bytes),
+                  "reps": s.pair_reps(self.plan is not None),
                   "warmup": s.warmup, "max_transfer_s": s.max_transfer_s, "min_bytes": s.min_bytes,
                   "timeout_s": s.pair_timeout_s}
         master = "127.0.0.1" if same else ha.address
