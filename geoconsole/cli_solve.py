@@ -206,13 +206,25 @@ def solve_cmd(
     doc = solve_json(fabric, model, result, baselines_for(model, baseline_samples, seed),
                      lower_bound(model))
     doc["estimated_pairs"] = filled
+    doc["inferred_pairs"] = _inferred_count(fabric)
     if selection is not None:
         doc["selection"] = selection.to_json()
-    _emit(doc, as_json, _selection_lines(selection, filled) + format_solve(doc))
+    inferred = (f"inferred   {doc['inferred_pairs']} pair(s) inferred from sampled pairs of the same hosts "
+                "(not measured)\n" if doc["inferred_pairs"] else "")
+    _emit(doc, as_json, _selection_lines(selection, filled) + inferred + format_solve(doc))
     if record is not None:
         _record_solve(record, doc)
     if result.status == 3:  # cancelled by Ctrl-C: the best so far was printed
         raise typer.Exit(int(ExitCode.INTERRUPTED))
+
+
+def _inferred_count(fabric: Fabric) -> int:
+    from solver.estimate import inferred_pair_count
+
+    try:
+        return inferred_pair_count(fabric)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _selection_lines(selection, filled: int) -> str:

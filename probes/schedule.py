@@ -4,17 +4,19 @@ Hosts play a round-robin tournament (the circle method): with ``H`` hosts (one
 "bye" added when ``H`` is odd) there are ``H' - 1`` rounds of ``H' / 2`` host pairs,
 every host pair meets exactly once, and no host is in two pairs of one round — so
 concurrent transfers never share a host's NIC or CPU. A host pair's GPU pairs run in
-sequence inside its slot. Intra-host GPU pairs come first, in round 0, where every
-host measures its own pairs at once (hosts are disjoint there too).
+sequence inside its slot. Intra-host pairs come first, in round 0, where every host
+measures its own pairs at once (hosts are disjoint there too); with an odd number of
+hosts each host measures them in the round it sits out instead.
 
 Beyond tournament rounds, ``sequential`` puts every pair in a round of its own (one
 pair at a time), the baseline the benchmark compares against. ``wanted`` keeps only
 some pairs (a sampled sweep, a refresh) and ``groups`` marks the host pairs whose slot
 ends with a concurrent test of all their device pairs.
 
-The sweep dispatches slots as soon as both hosts are free (rounds are the order, not
-a barrier), so a host whose set-up is done early starts early and a short slot does
-not wait for the longest one of its round.
+The sweep runs each host's slots in round order but without a barrier between rounds:
+a slot starts as soon as both its hosts are set up and done with their earlier slots,
+so a host whose set-up is done early starts early and a short slot does not wait for
+the longest one of its round.
 
 Complexity: O(H^2 + P) for ``P`` device pairs.
 """
@@ -76,10 +78,11 @@ def schedule(device_hosts: Sequence[str], *, sequential: bool = False,
         return tuple(p for p in pairs if wanted is None or p in wanted)
 
     groups_: list[list[Slot]] = []
-    intra = [Slot((h,), keep(combinations(rows[h], 2))) for h in hosts if len(rows[h]) > 1]
-    intra = [s for s in intra if s.pairs]
-    if intra:
-        groups_.append(intra)
+    intra = {h: Slot((h,), keep(combinations(rows[h], 2))) for h in hosts if len(rows[h]) > 1}
+    intra = {h: s for h, s in intra.items() if s.pairs}
+    odd = len(hosts) % 2 == 1 and len(hosts) > 1
+    if intra and not odd:
+        groups_.append(list(intra.values()))
     for host_pairs in tournament(hosts):
         slots = []
         for a, b in host_pairs:
@@ -87,6 +90,9 @@ def schedule(device_hosts: Sequence[str], *, sequential: bool = False,
             group = (a, b) in groups or (b, a) in groups
             if pairs or group:
                 slots.append(Slot((a, b), pairs, group))
+        if odd:  # each host sits out one round: its own pairs fill that round
+            playing = {h for pair in host_pairs for h in pair}
+            slots += [intra[h] for h in hosts if h not in playing and h in intra]
         if slots:
             groups_.append(slots)
     if sequential:

@@ -597,42 +597,48 @@ class Sweep:
             self._wake.set()
 
     async def _dispatch(self) -> None:
-        """Run every slot as soon as its hosts are set up and free (see the module docstring)."""
-        pending = [(r.index, slot) for r in self.rounds for slot in r.slots]
-        if not self.settings.sequential:
-            # Inside-host slots last: they fill the hosts a round leaves idle (byes).
-            pending.sort(key=lambda e: len(e[1].hosts) == 1)
+        """Run each host's slots in round order, each as soon as its hosts are set up and
+        done with their earlier slots (no barrier between rounds; module docstring)."""
+        queue: dict[str, list[Slot]] = {}
+        index_of: dict[int, int] = {}
+        for r in self.rounds:
+            for slot in r.slots:
+                index_of[id(slot)] = r.index
+                for h in slot.hosts:
+                    queue.setdefault(h, []).append(slot)
+        pending = [slot for r in self.rounds for slot in r.slots]
         sizes = {r.index: len(r.slots) for r in self.rounds}
-        running: dict[asyncio.Task, tuple[str, ...]] = {}
-        busy: set[str] = set()
+        running: set[asyncio.Task] = set()
         announced: set[int] = set()
-        limit = 1 if self.settings.sequential else len(pending) or 1
         while True:
             self._wake.clear()
             for task in [t for t in running if t.done()]:
-                busy -= set(running.pop(task))
+                running.discard(task)
                 task.result()  # a bug in a slot ends the sweep (re-raised from _run)
-            for entry in list(pending):
-                index, slot = entry
-                if len(running) >= limit:
+            for slot in list(pending):
+                if self.settings.sequential and running:
                     break
-                free = not (busy & set(slot.hosts))
-                ready = all(self._ready[h].is_set() or h in self.lost for h in slot.hosts)
-                if not (free and ready):
+                if not all(queue[h][0] is slot and (self._ready[h].is_set() or h in self.lost)
+                           for h in slot.hosts):
                     if self.settings.sequential:
                         break  # one at a time, in order
                     continue
-                pending.remove(entry)
-                busy |= set(slot.hosts)
+                pending.remove(slot)
+                index = index_of[id(slot)]
                 if index not in announced:
                     announced.add(index)
                     self._emit(RoundStarted(index, len(self.rounds), sizes[index]))
                 task = asyncio.create_task(self._run_slot(index, slot))
-                task.add_done_callback(lambda _t: self._wake.set())
-                running[task] = slot.hosts
+                task.add_done_callback(lambda _t, slot=slot: self._slot_done(queue, slot))
+                running.add(task)
             if not pending and not running:
                 return
             await self._wake.wait()
+
+    def _slot_done(self, queue: dict[str, list[Slot]], slot: Slot) -> None:
+        for h in slot.hosts:
+            queue[h].remove(slot)
+        self._wake.set()
 
     def _lose(self, name: str, reason: str) -> None:
         if name in self.lost:

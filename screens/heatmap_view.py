@@ -42,6 +42,13 @@ ESTIMATED_PALETTE = tuple(
     "#%02x%02x%02x" % tuple((int(c[i:i + 2], 16) + 2 * 0x50) // 3 for i in (1, 3, 5)) for c in PALETTE
 )
 ESTIMATED_OFFSET = 100
+#: Pairs a sampled sweep inferred: the same scale, darker, and drawn with the shade
+#: glyph where both halves of a character are inferred, so they differ by shape too.
+INFERRED_PALETTE = tuple(
+    "#%02x%02x%02x" % tuple(int(c[i:i + 2], 16) * 3 // 5 for i in (1, 3, 5)) for c in PALETTE
+)
+INFERRED_OFFSET = 200
+INFERRED_GLYPH = "▒"
 UNMEASURED = "#101010"
 SELF = "#4e4e4e"
 CURSOR = "#ffffff"
@@ -152,9 +159,10 @@ def colour_index(values: np.ndarray, metric: str, is_self: np.ndarray) -> tuple[
     return idx, lo, hi
 
 
-def estimated_mask(fabric: Fabric) -> np.ndarray:
-    """True where the fabric's ``estimated`` extra marks a pair as filled from labels."""
-    raw = fabric.extras.get("estimated")
+def estimated_mask(fabric: Fabric, key: str = "estimated") -> np.ndarray:
+    """True where the fabric's ``estimated`` extra marks a pair as filled from labels
+    (``key="inferred"``: inferred by a sampled sweep)."""
+    raw = fabric.extras.get(key)
     n = fabric.n
     if not isinstance(raw, list) or len(raw) != n:
         return np.zeros((n, n), dtype=bool)
@@ -197,6 +205,8 @@ def build_layout(
     if level == "device":
         estimated = estimated_mask(fabric)[np.ix_(order, order)]
         colour = np.where(estimated & (colour >= 0), colour + ESTIMATED_OFFSET, colour)
+        inferred = estimated_mask(fabric, "inferred")[np.ix_(order, order)]
+        colour = np.where(inferred & (colour >= 0) & (colour < ESTIMATED_OFFSET), colour + INFERRED_OFFSET, colour)
     groups: list[tuple[str, int, int]] = []
     for b, rows in enumerate(blocks):
         g = group_key(devices[rows[0]], labels[rows[0]])
@@ -353,7 +363,13 @@ class Heatmap(Widget, can_focus=True):
         starts = np.concatenate([[0], change])
         ends = np.concatenate([change, [lay.k]])
         for s, e in zip(starts.tolist(), ends.tolist()):
-            segments.append(Segment("▀" * ((e - s) * lay.cell), self._style(int(top[s]), int(bottom[s]))))
+            t, b = int(top[s]), int(bottom[s])
+            if t >= INFERRED_OFFSET and (b >= INFERRED_OFFSET or b == -3):
+                # Both halves inferred: the shade glyph, normal colour under the darker one.
+                under = b - INFERRED_OFFSET if b >= INFERRED_OFFSET else b
+                segments.append(Segment(INFERRED_GLYPH * ((e - s) * lay.cell), self._style(t, under)))
+            else:
+                segments.append(Segment("▀" * ((e - s) * lay.cell), self._style(t, b)))
         return Strip(segments)
 
     def _gutter_segment(self, line: int, r0: int, r1: int, gutter: int, lay: HeatmapLayout) -> Segment:
@@ -380,6 +396,8 @@ class Heatmap(Widget, can_focus=True):
 
 
 def _colour(index: int) -> str | None:
+    if index >= INFERRED_OFFSET:
+        return INFERRED_PALETTE[index - INFERRED_OFFSET]
     if index >= ESTIMATED_OFFSET:
         return ESTIMATED_PALETTE[index - ESTIMATED_OFFSET]
     if index >= 0:
