@@ -98,7 +98,7 @@ def _print_inventory(hosts, results) -> None:
             table.add_row(host.name, "-", f"[red]{str(r).split(': ', 1)[-1]}[/red]", "", "", "", "", "", "")
             continue
         if r.cpu_host:
-            devices = "CPU (gloo)"
+            devices = "CPU (gloo)" if len(r.devices) == 1 else f"{len(r.devices)} CPU slots (gloo)"
         else:
             names = sorted({g.name for g in r.gpus})
             devices = f"{len(r.devices)}/{len(r.gpus)}x {', '.join(names)}"

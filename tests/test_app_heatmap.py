@@ -97,3 +97,60 @@ def test_estimated_pairs_are_drawn_faded_and_said_so():
     lay = build_layout(f, DTFM_WORKLOAD, "alpha", f.devices, 200, 100)
     assert lay.colour[0, 9] >= ESTIMATED_OFFSET
     assert (lay.colour >= ESTIMATED_OFFSET).sum() == 1
+
+
+def inferred_fabric() -> Fabric:
+    """Two hosts of three CPU slots; all but two device pairs between them inferred."""
+    devices = tuple(Device(f"h{h}", None, "lab", slot=k) for h in range(2) for k in range(3))
+    n = len(devices)
+    alpha, beta = np.full((n, n), 1.0), np.full((n, n), 0.5)
+    inferred = [[devices[i].host != devices[j].host for j in range(n)] for i in range(n)]
+    for i, j in ((0, 3), (1, 4)):
+        inferred[i][j] = inferred[j][i] = False
+    basis = [[("h0 -> h1: median of 2 sampled pairs" if inferred[i][j] else None) for j in range(n)]
+             for i in range(n)]
+    np.fill_diagonal(alpha, 0)
+    np.fill_diagonal(beta, 0)
+    return Fabric(alpha, beta, ("lab",) * n, devices, extras={"inferred": inferred, "inferred_basis": basis})
+
+
+def test_inferred_pairs_are_drawn_with_their_own_glyph_and_said_so():
+    from screens.heatmap import describe_pair
+    from screens.heatmap_view import INFERRED_GLYPH, INFERRED_OFFSET
+
+    f = inferred_fabric()
+    lay = build_layout(f, DTFM_WORKLOAD, "beta", f.devices, 200, 100)
+    assert lay.level == "device"
+    assert int((lay.colour >= INFERRED_OFFSET).sum()) == 2 * 9 - 4
+    assert lay.colour[0, 3] < INFERRED_OFFSET and lay.colour[0, 4] >= INFERRED_OFFSET
+    said = describe_pair(f, DTFM_WORKLOAD, 0, 4).plain
+    assert "inferred, not measured: h0 -> h1: median of 2 sampled pairs" in said
+    assert "inferred" not in describe_pair(f, DTFM_WORKLOAD, 0, 3).plain
+
+
+async def test_the_heatmap_draws_inferred_cells_with_the_shade_glyph():
+    from textual.app import App
+
+    from screens.heatmap_view import INFERRED_GLYPH, Heatmap
+
+    f = inferred_fabric()
+
+    class One(App):
+        def compose(self):
+            yield Heatmap()
+
+    app = One()
+    async with app.run_test(size=(16, 20)) as pilot:  # one character per column: cell 1
+        heatmap = app.query_one(Heatmap)
+        heatmap.set_data(f, DTFM_WORKLOAD, f.devices)
+        await pilot.pause()
+        lines = ["".join(seg.text for seg in heatmap.render_line(y)) for y in range(2, 2 + heatmap.layout_.k)]
+    cell = heatmap.layout_.cell
+    assert cell == 1
+    # Rows 0 and 1 (h0:cpu0, h0:cpu1) share the first character line: columns of h1 are
+    # inferred in both rows except (0, 3) and (1, 4), which are measured.
+    row = lines[0][heatmap.label_width:]
+    glyphs = [row[c * cell] for c in range(6)]
+    assert glyphs[5] == INFERRED_GLYPH and glyphs[3] == "▀" and glyphs[4] == "▀"
+    assert glyphs[0] == "▀"
+    assert any(INFERRED_GLYPH in line for line in lines)
