@@ -333,10 +333,11 @@ def _event_json(ev: Any) -> dict[str, Any]:
     name = type(ev).__name__
     if isinstance(ev, SweepDone):
         return {"event": name, "elapsed_s": ev.elapsed_s, "measured": ev.measured,
-                "failed": ev.failed, "cancelled": ev.cancelled}
+                "failed": ev.failed, "cancelled": ev.cancelled, "inferred": ev.inferred}
     if isinstance(ev, Discovered):
         return {"event": name, "devices": [d.to_json() for d in ev.devices],
-                "hosts": [h.name for h in ev.hosts], "rounds": ev.rounds, "pairs": ev.pairs}
+                "hosts": [h.name for h in ev.hosts], "rounds": ev.rounds, "pairs": ev.pairs,
+                "strategy": ev.strategy, "groups": ev.groups}
     doc = {"event": name}
     doc.update({f.name: getattr(ev, f.name) for f in fields(ev)})
     return _finite(json.loads(json.dumps(doc, default=str)))

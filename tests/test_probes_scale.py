@@ -1,7 +1,7 @@
 """Probing at fleet scale on the emulated fleet: CPU slots, sampled sweeps, refresh.
 
 One five-host fleet for the module (its own address block, so it can exist beside the
-session's four-host fleet), tbf-shaped at 100-400 Mbit. Every host is a CPU host with
+session's four-host fleet), tbf-shaped at 100-550 Mbit. Every host is a CPU host with
 several slots (``gpus = [0, 1, 2]`` in the TOML inventory), one gloo process each.
 """
 
@@ -23,8 +23,10 @@ from test_probes_sweep import read_events, wait_no_workers
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
-RATES = (100, 200, 300, 400)
-FAST = ("--sizes-mb", "0.25,0.5,1,2", "--max-transfer-s", "0.1", "--reps", "2")
+#: One rate per link (pair order), so the 100 Mbit h0 - h1 link is the only slowest one.
+RATES = (100, 150, 200, 250, 300, 350, 400, 450, 500, 550)
+# Large sizes keep loopback (inside-host) fits clean; slow links scale them down to 0.1 s.
+FAST = ("--sizes-mb", "1,4,16,64", "--max-transfer-s", "0.1", "--reps", "2")
 
 
 @pytest.fixture(scope="module")
