@@ -9,6 +9,10 @@ A refresh re-measures, with the sweep's own pair jobs (``Sweep(only=...)``):
   ``slowest`` links of the fabric by symmetric beta;
 * plus a seeded random ``share`` of the other links, so drift elsewhere is seen too.
 
+The slowest and the random links are links between hosts (the network, which is what
+drifts); inside a host only a bottleneck link is re-measured: a loopback or NVLink
+transfer re-measured on a busy host says more about the host's load than about drift.
+
 A link *drifts* when its re-measured bandwidth differs from the fabric's by more than
 ``threshold`` (relative, either direction; beta because it is what the fit pins down
 well, alpha on a LAN being a few microseconds of noise). Pure apart from the sweep
@@ -113,6 +117,9 @@ def choose_links(fabric: Fabric, bottlenecks: Iterable[tuple[int, int]] | None =
     _, beta = fabric.symmetric()
     iu, ju = np.triu_indices(fabric.n, 1)
     known = np.isfinite(beta[iu, ju])
+    if fabric.devices is not None:
+        hosts = np.array([d.host for d in fabric.devices], dtype=object)
+        known &= hosts[iu] != hosts[ju]
     chosen: dict[tuple[int, int], str] = {}
     for i, j in bottlenecks or ():
         chosen.setdefault((min(i, j), max(i, j)), "bottleneck")

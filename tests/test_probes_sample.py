@@ -228,11 +228,15 @@ def test_refresh_takes_bottlenecks_then_a_seeded_random_share():
     links = choose_links(fabric, [(2, 0)], share=0.5, seed=3)
     assert links[0] == Link(0, 2, "h0:cpu0", "h1:cpu0", "bottleneck")
     rest = [x for x in links[1:]]
-    assert len(rest) == 3 and all(x.why == "random" for x in rest)  # ceil(0.5 * 5)
+    assert len(rest) == 2 and all(x.why == "random" for x in rest)  # ceil(0.5 * 3 other inter-host links)
+    assert all(fabric.devices[x.i].host != fabric.devices[x.j].host for x in rest)
     assert choose_links(fabric, [(2, 0)], share=0.5, seed=3) == links
     slowest = choose_links(fabric, None, share=0.0, slowest=2)
     assert [x.why for x in slowest] == ["slowest", "slowest"]
     assert all(fabric.devices[x.i].host != fabric.devices[x.j].host for x in slowest)
+    inside = choose_links(fabric, [(1, 0)], share=1.0)  # a bottleneck inside a host is kept
+    assert inside[0].why == "bottleneck" and (inside[0].i, inside[0].j) == (0, 1)
+    assert len(inside) == 1 + 4 and all(x.why == "random" for x in inside[1:])
     with pytest.raises(RefreshError):
         choose_links(fabric, None, share=1.5)
 
