@@ -189,12 +189,14 @@ class HeatmapScreen(ConsoleScreen):
             return
         missing = len(s.fabric.missing_pairs())
         total = s.fabric.n * (s.fabric.n - 1) // 2
-        m = _mask(s.fabric, "inferred")
-        inferred = int(np.triu(m | m.T, 1).sum())
-        also = f", {inferred} inferred" if inferred else ""
+        counts = {}
+        for key in ("inferred", "estimated"):  # neither is called measured
+            m = _mask(s.fabric, key)
+            counts[key] = int(np.triu(m | m.T, 1).sum())
+        also = "".join(f", {v} {k}" for k, v in counts.items() if v)
         self.query_one("#fabric-title", Static).update(
-            f"Fabric {s.fabric.source}: {s.fabric.n} devices, {total - missing - inferred}/{total} pairs measured"
-            f"{also} — {METRIC_TITLES[heatmap.metric]}"
+            f"Fabric {s.fabric.source}: {s.fabric.n} devices, "
+            f"{total - missing - sum(counts.values())}/{total} pairs measured{also} — {METRIC_TITLES[heatmap.metric]}"
         )
 
     def action_metric(self, metric: str) -> None:

@@ -4,7 +4,8 @@ Each cell is one character wide and half a line high (the upper half-block glyph
 foreground = upper row, background = lower row), so a 64-GPU fabric fits in 64 columns
 and 32 lines. When even that would not fit, rows and columns are aggregated by host,
 then by label (mean of the measured pairs inside each block), so large fleets stay
-readable instead of being cropped.
+readable instead of being cropped. Pairs a sampled sweep inferred are drawn in a darker
+scale, with the shade glyph where both halves of a character are inferred.
 """
 
 from __future__ import annotations

@@ -154,3 +154,21 @@ async def test_the_heatmap_draws_inferred_cells_with_the_shade_glyph():
     assert glyphs[5] == INFERRED_GLYPH and glyphs[3] == "▀" and glyphs[4] == "▀"
     assert glyphs[0] == "▀"
     assert any(INFERRED_GLYPH in line for line in lines)
+
+
+async def test_the_fabric_title_and_legend_count_inferred_and_estimated_pairs_apart():
+    from app_support import demo_app
+
+    f = inferred_fabric()  # 15 pairs: 6 inside the hosts, 2 sampled, 7 inferred
+    est = [[False] * f.n for _ in range(f.n)]
+    est[0][1] = est[1][0] = True
+    f.extras["estimated"] = est
+    app = demo_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.session.set_fabric(f)
+        app.screen.show_session()
+        await pilot.pause()
+        title = str(app.screen.query_one("#fabric-title").render())
+        legend = str(app.screen.query_one("#legend").render())
+    assert "7/15 pairs measured, 7 inferred, 1 estimated" in title
+    assert "inferred" in legend and "estimated" in legend
