@@ -220,11 +220,12 @@ def _refresh(hosts, pool, settings, labels, path: Path, solution: Optional[Path]
           f"slowest, {sum(x.why == 'random' for x in links)} random); drift beyond {threshold:.0%}: {len(moved)}")
     for d in drifts:
         print(("  DRIFT " if d.drifted else "  ok    ") + d.words())
+    if interrupted:
+        raise UserError("interrupted; drift shown for what was re-measured, nothing written",
+                        ExitCode.INTERRUPTED)
     if out is not None:
         merged(fabric, new, drifts).save(out)
         print(f"wrote {out}")
-    if interrupted:
-        raise UserError("interrupted; nothing written beyond what is shown", ExitCode.INTERRUPTED)
     if any(d.change != d.change for d in drifts):
         raise UserError("some links could not be re-measured (see above)", ExitCode.REMOTE)
     if moved:

@@ -116,7 +116,7 @@ def inferred_fabric() -> Fabric:
 
 def test_inferred_pairs_are_drawn_with_their_own_glyph_and_said_so():
     from screens.heatmap import describe_pair
-    from screens.heatmap_view import INFERRED_GLYPH, INFERRED_OFFSET
+    from screens.heatmap_view import INFERRED_OFFSET
 
     f = inferred_fabric()
     lay = build_layout(f, DTFM_WORKLOAD, "beta", f.devices, 200, 100)

@@ -269,3 +269,35 @@ def test_bottlenecks_from_a_solve_document():
     doc["score"]["pipeline_edges"][0]["bottleneck"] = ["x", "h1:cpu1"]
     with pytest.raises(RefreshError, match="bottleneck x - h1:cpu1: not a device"):
         bottlenecks_from_solve_json(fabric, doc, "s.json")
+
+
+# -- probe --refresh: what is refused before any host is contacted -----------------
+
+
+def refresh_args(tmp_path, fabric: Fabric, *extra: str) -> list[str]:
+    path = tmp_path / "fabric.json"
+    fabric.save(path)
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("h0 slots=2\nh1 slots=2\n")
+    return ["--headless", "probe", "--inventory", str(hostfile), "--refresh", str(path),
+            "--ssh-config", str(tmp_path / "none"), *extra]
+
+
+def test_refresh_refuses_bad_inputs_with_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from geoconsole.cli import app
+
+    runner = CliRunner()
+    bare = Fabric(np.zeros((2, 2)), np.ones((2, 2)) - np.eye(2), ("a", "b"))
+    result = runner.invoke(app, refresh_args(tmp_path, bare))
+    assert result.exit_code == 2 and "has no device records" in result.output
+    solution = tmp_path / "solve.json"
+    solution.write_text(json.dumps({"score": {}}))
+    result = runner.invoke(app, refresh_args(tmp_path, sampled_fabric(), "--solution", str(solution)))
+    assert result.exit_code == 2 and "--solution:" in result.output and "expected a solve --json document" in result.output
+    other = sampled_fabric()
+    other.devices = tuple(Device("elsewhere", slot=d.slot) if d.host == "h1" else d for d in other.devices)
+    result = runner.invoke(app, refresh_args(tmp_path, other))
+    assert result.exit_code == 2 and "host elsewhere is not in the inventory" in result.output
+    assert "Traceback" not in result.output
