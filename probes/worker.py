@@ -65,13 +65,16 @@ _SMALL_BYTES = 64 << 10
 _OUT = {"fd": 1, "dev": None}
 
 
+def _write(fd, data):
+    while data:
+        data = data[os.write(fd, data):]
+
+
 def _emit(obj):
     obj = dict(obj)
     if _OUT["dev"] is not None:
         obj["dev"] = _OUT["dev"]
-    data = (json.dumps(obj) + "\n").encode()
-    while data:
-        data = data[os.write(_OUT["fd"], data):]
+    _write(_OUT["fd"], (json.dumps(obj) + "\n").encode())
 
 
 def route_interface(peer):
@@ -306,14 +309,14 @@ class Parent:
     def relay(self, dev, pid, out_r):
         for line in os.fdopen(out_r, "rb"):
             with self.lock:
-                os.write(1, line if line.endswith(b"\n") else line + b"\n")
+                _write(1, line if line.endswith(b"\n") else line + b"\n")
         try:
             _pid, status = os.waitpid(pid, 0)
         except ChildProcessError:
             status = -1
         with self.lock:
             if self.children.get(dev, (None,))[0] == pid:
-                os.write(1, (json.dumps({"event": "exited", "dev": dev, "status": status}) + "\n").encode())
+                _write(1, (json.dumps({"event": "exited", "dev": dev, "status": status}) + "\n").encode())
 
     def kill(self, dev):
         pid, jobs_w = self.children.pop(dev, (None, None))
@@ -344,7 +347,7 @@ class Parent:
             elif dev in self.children:
                 data = line if line.endswith("\n") else line + "\n"
                 try:
-                    os.write(self.children[dev][1], data.encode())
+                    _write(self.children[dev][1], data.encode())
                 except OSError:
                     pass  # the child is gone; its relay reports "exited"
         for dev in list(self.children):
