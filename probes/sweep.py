@@ -747,10 +747,12 @@ class Sweep:
         broken = [w for w, got in zip(workers, answers) if isinstance(got, BaseException)]
         if broken:
             await self._recover(broken)
+            await self._recover([w for w in workers if w not in broken], counted=False)
             first = next(got for got in answers if isinstance(got, BaseException))
             raise _PairError(self._failure_reason(broken, first))
         for w, got in zip(workers, answers):
             if not got.get("ok"):
+                await self._recover(workers, counted=False)
                 raise _PairError(f"{w.host.name}: {got.get('error')}")
         return answers[0]["times"]
 
@@ -817,11 +819,13 @@ class Sweep:
         broken = [w for w, a in zip((wa, wb), answers) if isinstance(a, BaseException)]
         if broken:
             await self._recover(broken)
+            await self._recover([w for w in (wa, wb) if w not in broken], counted=False)
             first = next(a for a in answers if isinstance(a, BaseException))
             raise _PairError(self._failure_reason(broken, first))
         ra, rb = answers
         for r, host in ((ra, ha), (rb, hb)):
             if not r.get("ok"):
+                await self._recover([wa, wb], counted=False)
                 raise _PairError(f"{host.name}: {r.get('error')}")
         return {"a": ra["samples"], "b": rb["samples"], "a_if": ra.get("interface"),
                 "b_if": rb.get("interface"), "transfer_s": max(ra["transfer_s"], rb["transfer_s"])}
@@ -871,9 +875,14 @@ class Sweep:
                 return h
         raise KeyError(name)
 
-    async def _recover(self, workers: Sequence[RemoteWorker]) -> None:
+    async def _recover(self, workers: Sequence[RemoteWorker], counted: bool = True) -> None:
         """Fork broken worker children again, or restart a host's whole worker process, once
-        per device; a host that no longer answers is lost."""
+        per device; a host that no longer answers is lost.
+
+        ``counted=False`` renews the healthy side of a failed job: a fork is cheap (torch
+        stays imported), and a child whose process group broke mid-transfer is not trusted
+        to form the next one; it does not use up the device's one restart.
+        """
         for w in workers:
             name = w.host.name
             if name in self.lost:
@@ -886,9 +895,10 @@ class Sweep:
                 self._lose(name, f"no longer answers: {str(exc).split(': ', 1)[-1]}")
                 continue
             try:
-                if w.row in self._restarted:
+                if counted and w.row in self._restarted:
                     raise SSHError(name, "probe worker failed twice")
-                self._restarted.add(w.row)
+                if counted:
+                    self._restarted.add(w.row)
                 if hw.alive:
                     try:
                         await hw.restart(w.dev, self.settings.host_timeout_s)
