@@ -50,9 +50,11 @@ class Prepared:
     selection: Any
     filled_pairs: int
     seed_orders: list[list[int]]
+    #: Pairs of ``fabric`` inferred from sampled pairs of the same two hosts (a sampled sweep).
+    inferred_pairs: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"estimated_pairs": self.filled_pairs}
+        doc: dict[str, Any] = {"estimated_pairs": self.filled_pairs, "inferred_pairs": self.inferred_pairs}
         if self.selection is not None:
             doc["selection"] = self.selection.to_json()
         return doc
@@ -71,6 +73,9 @@ class Prepared:
                 out.append(f"left out   {count} device(s): {why}")
         if self.filled_pairs:
             out.append(f"estimated  {self.filled_pairs} pair(s) filled from labels and links, not measured")
+        if self.inferred_pairs:
+            out.append(f"inferred   {self.inferred_pairs} pair(s) inferred from sampled pairs of the same hosts "
+                       "(not measured)")
         return out
 
 
@@ -194,7 +199,7 @@ def prepare_for_solve(
     See the module text for the order and why. Raises InputError (bad estimates,
     unmeasured pairs left, bad policy name) or PolicyError (a policy that cannot be met).
     """
-    from solver.estimate import estimated_pair_count, measured_mask
+    from solver.estimate import estimated_pair_count, inferred_pair_count, measured_mask
     from solver.orders import seed_orders_for
 
     if estimates and not fill_missing:
@@ -209,7 +214,7 @@ def prepare_for_solve(
     if message is not None:
         raise UnmeasuredPairsError(message)
     try:
-        count = estimated_pair_count(fabric)
+        count, inferred = estimated_pair_count(fabric), inferred_pair_count(fabric)
     except ValueError as exc:
         raise InputError(f"{fabric.source}: {exc}") from None
-    return Prepared(fabric, selection, count, seed_orders_for(fabric, measured_mask(fabric)))
+    return Prepared(fabric, selection, count, seed_orders_for(fabric, measured_mask(fabric)), inferred)

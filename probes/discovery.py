@@ -6,7 +6,8 @@ them into a :class:`HostInfo`:
 
 * ``hostname``;
 * GPUs from ``nvidia-smi --query-gpu=index,name,uuid,memory.total,pci.bus_id``; a host
-  without ``nvidia-smi`` (or where it fails) is a CPU host: one device, gloo;
+  without ``nvidia-smi`` (or where it fails) is a CPU host: as many devices as the
+  inventory's ``slots``/``gpus`` count (else one), one gloo process each;
 * ``nvidia-smi topo -m`` parsed by :mod:`probes.topo` (link classes, NIC columns,
   CPU and NUMA affinity);
 * the remote python's torch and NCCL versions, read from package metadata (no
@@ -68,7 +69,8 @@ class GPUInfo:
 
 @dataclass(frozen=True)
 class HostInfo:
-    """What discovery learnt about one host. ``devices``: GPU indices to use, or ``(None,)``."""
+    """What discovery learnt about one host. ``devices``: GPU indices to use, or one
+    ``None`` per CPU slot."""
 
     name: str
     address: str
@@ -183,8 +185,8 @@ def parse_discovery(host: Any, text: str, *, labels: dict[str, str | None] | Non
             devices: tuple[int | None, ...] = tuple(wanted)
         else:
             devices = tuple(have)
-    else:
-        devices = (None,)
+    else:  # a CPU host: one gloo process per slot (hostfile slots=N, TOML gpus = [...])
+        devices = (None,) * max(len(wanted or ()), 1)
     interface = (sec.get("interface") or [""])[0].strip() or None
     if interface is None:
         words = " ".join(sec.get("route", [])).split()

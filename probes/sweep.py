@@ -1,27 +1,34 @@
-"""The probe sweep: measure every device pair of a fleet, streaming events as it goes.
+"""The probe sweep: measure the device pairs of a fleet, streaming events as it goes.
 
 Phases:
 
 1. **Set-up**, every host concurrently, bounded by ``host_timeout_s``: connect,
-   discover (:mod:`probes.discovery`), upload :mod:`probes.worker`, start one worker
-   per device (``setsid -w``, pid file) and wait for its hello (torch imported once per
-   device for the whole sweep). A host that fails here is lost; its devices stay in the
-   fabric with null pairs.
-2. **Rounds** (:mod:`probes.schedule`): intra-host pairs, then a round-robin
-   tournament of disjoint host pairs; the slots of a round run concurrently, the
-   device pairs of a slot in sequence. Each pair job measures both directions and is
-   bounded by ``pair_timeout_s``. A poor fit (R^2 < 0.98 or a non-positive slope) is
-   retried once and then kept with a flag.
-3. **Faults**: a worker that dies or times out is killed (process group) and restarted
-   once the host answers again; a host that no longer answers (reconnect once) is lost:
-   :class:`HostLost`, and every pair of it not yet measured fails with that reason,
-   while the rest of the sweep goes on.
-4. **End** (also on :meth:`Sweep.cancel` or an exception): every remote worker is
+   discover (:mod:`probes.discovery`), upload :mod:`probes.worker`; then, per host,
+   start its one worker process (``setsid -w``, pid file), which imports torch once and
+   forks a child per device, and wait for every child's hello. A host that fails here
+   is lost; its devices stay in the fabric with null pairs.
+2. **Slots** (:mod:`probes.schedule`): intra-host pairs, then a round-robin tournament
+   of host pairs. A slot starts as soon as both its hosts are set up and free, so set-up
+   overlaps measurement and rounds are an order, not a barrier; no host is in two slots
+   at once; the device pairs of a slot run in sequence. Each pair job measures both
+   directions with one process group and is bounded by ``pair_timeout_s``. A poor fit
+   (R^2 < 0.98 or a non-positive slope) is retried once and then kept with a flag.
+3. **Strategy**: ``all`` measures every device pair; ``sampled`` (the default when a
+   host has more than one device) measures the pairs :mod:`probes.sample` chooses, runs
+   one concurrent test per host pair (:class:`GroupMeasured`) and infers every other
+   pair, marked ``inferred`` in the fabric; ``only`` (a refresh) measures given pairs.
+4. **Faults**: a worker child that dies or times out is forked again once (no new
+   ``import torch``); a worker process that is gone is killed (process group) and
+   started again once the host answers; a host that no longer answers (reconnect once)
+   is lost: :class:`HostLost`, and every pair of it not yet measured fails with that
+   reason, while the rest of the sweep goes on.
+5. **End** (also on :meth:`Sweep.cancel` or an exception): every remote worker is
    killed by its process group, then :class:`SweepDone` carries the fabric.
 
-Events, all frozen dataclasses, in order: :class:`Discovered`, then per round
-:class:`RoundStarted`, :class:`PairStarted`, :class:`PairMeasured` (one per direction)
-or :class:`PairFailed`, any :class:`HostLost`, and finally :class:`SweepDone`.
+Events, all frozen dataclasses, in order: :class:`Discovered`, then as slots run
+:class:`RoundStarted` (first slot of a round), :class:`PairStarted`,
+:class:`PairMeasured` (one per direction) or :class:`PairFailed`, :class:`GroupMeasured`,
+any :class:`HostLost`, and finally :class:`SweepDone`.
 """
 
 from __future__ import annotations
@@ -43,12 +50,14 @@ import numpy as np
 
 from probes.discovery import HostInfo, discover_host, peer_for
 from probes.fit import MIN_R2, Fit, fit_alpha_beta, fastest
-from probes.schedule import Round, schedule
+from probes.sample import SamplePlan, infer, plan_sample
+from probes.schedule import Round, Slot, schedule
 from probes.ssh import HostSession, SSHError, SSHPool
 from solver.fabric import Device, Fabric
 
 WORKER_SOURCE = Path(__file__).with_name("worker.py")
 REMOTE_DIR = ".cache/geoconsole"
+STRATEGIES = ("all", "sampled")
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,19 @@ class ProbeSettings:
     min_r2: float = MIN_R2
     #: Recorded in the fabric's meta (the command line that ran the sweep).
     command: str | None = None
+    #: ``"all"``, ``"sampled"``, or ``None``: sampled when a host has several devices.
+    strategy: str | None = None
+    #: Repetitions of a sampled pair (``None``: ``reps - 1``, at least 1): the inference
+    #: pools at least two sampled pairs per host pair and direction, so each direction
+    #: still rests on more timed repetitions per size than one pair of a full sweep.
+    sampled_reps: int | None = None
+    #: The concurrent test moves this share of ``max_transfer_s`` at one pair's rate,
+    #: once each way after a warm-up: it only has to tell one shared link from several.
+    group_share: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.strategy not in (None, *STRATEGIES):
+            raise ValueError(f"strategy: expected one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -80,7 +102,14 @@ class ProbeSettings:
             "max_transfer_s": self.max_transfer_s, "min_bytes": self.min_bytes,
             "pair_timeout_s": self.pair_timeout_s, "host_timeout_s": self.host_timeout_s,
             "schedule": "sequential" if self.sequential else "tournament", "min_r2": self.min_r2,
+            "sampled_reps": self.pair_reps(True), "group_share": self.group_share,
         }
+
+    def pair_reps(self, sampled: bool) -> int:
+        """Timed repetitions per size of a pair (of a sampled sweep, or not)."""
+        if not sampled:
+            return self.reps
+        return self.sampled_reps if self.sampled_reps is not None else max(1, self.reps - 1)
 
 
 # -- events --------------------------------------------------------------------------
@@ -93,7 +122,11 @@ class Discovered:
     devices: tuple[Device, ...]
     hosts: tuple[HostInfo, ...]
     rounds: int
+    #: Device pairs to measure (a sampled sweep infers the others).
     pairs: int
+    strategy: str = "all"
+    #: Concurrent host-pair tests planned (sampled sweeps).
+    groups: int = 0
 
 
 @dataclass(frozen=True)
@@ -144,6 +177,24 @@ class PairFailed:
 
 
 @dataclass(frozen=True)
+class GroupMeasured:
+    """The concurrent test of a host pair: all its device pairs at once, each way.
+
+    ``gbps``: aggregate rate (a -> b, b -> a) over all ``flows`` device pairs;
+    ``single_gbps``: the median sampled pair's rate each way; ``shared``: the aggregate
+    stays within 1.5x of one pair's rate, so the device pairs share one link.
+    ``error`` is set (and the rates are NaN) when the test failed."""
+
+    hosts: tuple[str, str]
+    flows: int
+    gbps: tuple[float, float]
+    single_gbps: tuple[float, float]
+    shared: bool
+    wall_s: float
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class HostLost:
     host: str
     reason: str
@@ -153,12 +204,15 @@ class HostLost:
 class SweepDone:
     fabric: Fabric
     elapsed_s: float
+    #: Directional entries measured, not measured (null), and inferred (sampled sweeps).
     measured: int
     failed: int
     cancelled: bool
+    inferred: int = 0
 
 
-SweepEvent = Discovered | RoundStarted | PairStarted | PairMeasured | PairFailed | HostLost | SweepDone
+SweepEvent = (Discovered | RoundStarted | PairStarted | PairMeasured | PairFailed | GroupMeasured
+              | HostLost | SweepDone)
 
 
 class WorkerGone(Exception):
@@ -172,29 +226,77 @@ class HostGone(Exception):
 # -- remote worker -------------------------------------------------------------------
 
 
-class RemoteWorker:
-    """One probe worker process on a host, driven over its SSH channel."""
+class HostWorkers:
+    """The one probe worker process of a host (:mod:`probes.worker`), over one SSH channel.
 
-    def __init__(self, session: HostSession, host: Any, row: int, device: int | None,
-                 path: str, pidfile: str) -> None:
-        self.session, self.host, self.row, self.device = session, host, row, device
+    Lines from the worker carry ``dev`` (the child's position in ``devices``); a reader
+    task sorts them into one queue per child. When the channel ends every queue gets
+    ``None``, so every waiting child sees :class:`WorkerGone`.
+    """
+
+    def __init__(self, session: HostSession, host: Any, devices: Sequence[str], path: str,
+                 pidfile: str) -> None:
+        self.session, self.host, self.devices = session, host, list(devices)
         self.path, self.pidfile = path, pidfile
         self.proc = None
-        self.hello: dict[str, Any] = {}
+        self.hellos: dict[int, dict[str, Any]] = {}
+        self.queues: dict[int, asyncio.Queue] = {}
         self.stderr: collections.deque[str] = collections.deque(maxlen=20)
-        self._drain: asyncio.Task | None = None
+        self.alive = False
+        self._tasks: list[asyncio.Task] = []
 
     async def start(self, timeout: float) -> None:
+        """Start the process and wait for every child's hello (``timeout`` in all)."""
+        self.close()
         argv = ["setsid", "-w", self.host.python, "-u", self.path, "--name", self.host.name,
-                "--device", "cpu" if self.device is None else str(self.device),
-                "--pidfile", self.pidfile]
+                "--devices", ",".join(self.devices), "--pidfile", self.pidfile]
+        self.queues = {k: asyncio.Queue() for k in range(len(self.devices))}
+        self.hellos = {}
         self.proc = await self.session.start(argv, env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
                                                          "PYTHONUNBUFFERED": "1"})
-        self._drain = asyncio.create_task(self._drain_stderr())
-        msg = await self.recv(timeout)
+        self.alive = True
+        self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._drain_stderr())]
+        deadline = time.monotonic() + timeout
+        for k in range(len(self.devices)):
+            await self._hello(k, deadline - time.monotonic())
+
+    async def _hello(self, dev: int, timeout: float) -> None:
+        msg = await self.recv(dev, timeout)
         if msg.get("event") != "hello":
             raise SSHError(self.host.name, f"worker: {msg.get('error') or msg}")
-        self.hello = msg
+        self.hellos[dev] = msg
+
+    async def restart(self, dev: int, timeout: float) -> None:
+        """Fork child ``dev`` again (the process keeps its imported torch)."""
+        queue = self.queues[dev]
+        while not queue.empty():
+            if queue.get_nowait() is None:
+                raise WorkerGone(f"worker exited: {self.stderr_tail()}")
+        await self.send({"op": "restart", "dev": dev})
+        await self._hello(dev, timeout)
+
+    async def _read(self) -> None:
+        try:
+            async for line in self.proc.stdout:
+                line = line.strip()
+                if not line.startswith("{"):
+                    if line:
+                        self.stderr.append(line)
+                    continue
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    self.stderr.append(line[:200])
+                    continue
+                queue = self.queues.get(msg.get("dev"))
+                for q in [queue] if queue is not None else self.queues.values():
+                    q.put_nowait(msg)
+        except Exception:
+            pass
+        finally:
+            self.alive = False
+            for q in self.queues.values():
+                q.put_nowait(None)
 
     async def _drain_stderr(self) -> None:
         # Keeps the channel window open: unread stderr would block the worker.
@@ -215,24 +317,27 @@ class RemoteWorker:
         except Exception as exc:
             raise WorkerGone(f"cannot write to worker: {exc}") from None
 
-    async def recv(self, timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise asyncio.TimeoutError
+    async def recv(self, dev: int, timeout: float) -> dict[str, Any]:
+        queue = self.queues[dev]
+        try:
+            msg = await asyncio.wait_for(queue.get(), max(timeout, 0.0))
+        except (asyncio.TimeoutError, TimeoutError):
+            raise asyncio.TimeoutError from None
+        if msg is None:
+            queue.put_nowait(None)  # every later wait sees the end too
+            raise WorkerGone(f"worker exited: {self.stderr_tail()}")
+        if msg.get("event") == "exited":
+            raise WorkerGone(f"worker child exited (status {msg.get('status')}): {self.stderr_tail()}")
+        return msg
+
+    def exit(self) -> None:
+        """Ask the process to end (it kills its children) and close its stdin."""
+        if self.proc is not None:
             try:
-                line = await asyncio.wait_for(self.proc.stdout.readline(), left)
-            except (asyncio.TimeoutError, TimeoutError):
-                raise asyncio.TimeoutError from None
-            except Exception as exc:
-                raise WorkerGone(f"worker channel closed: {exc}") from None
-            if not line:
-                raise WorkerGone(f"worker exited: {self.stderr_tail()}")
-            line = line.strip()
-            if line.startswith("{"):
-                return json.loads(line)
-            self.stderr.append(line)
+                self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+                self.proc.stdin.write_eof()
+            except Exception:
+                pass
 
     def close(self) -> None:
         if self.proc is not None:
@@ -240,8 +345,30 @@ class RemoteWorker:
                 self.proc.close()
             except Exception:
                 pass
-        if self._drain is not None:
-            self._drain.cancel()
+        for t in self._tasks:
+            t.cancel()
+        self._tasks = []
+
+
+class RemoteWorker:
+    """One device's child of a host's worker process: the handle a pair job talks to."""
+
+    def __init__(self, workers: HostWorkers, row: int, dev: int) -> None:
+        self.workers, self.row, self.dev = workers, row, dev
+
+    @property
+    def host(self) -> Any:
+        return self.workers.host
+
+    @property
+    def hello(self) -> dict[str, Any]:
+        return self.workers.hellos.get(self.dev, {})
+
+    async def send(self, obj: dict[str, Any]) -> None:
+        await self.workers.send(dict(obj, dev=self.dev))
+
+    async def recv(self, timeout: float) -> dict[str, Any]:
+        return await self.workers.recv(self.dev, timeout)
 
 
 def kill_script(pidfiles: Sequence[str]) -> str:
@@ -276,26 +403,35 @@ class Sweep:
     """
 
     def __init__(self, hosts: Sequence[Any], *, pool: SSHPool, settings: ProbeSettings | None = None,
-                 labels: dict[str, str | None] | None = None) -> None:
+                 labels: dict[str, str | None] | None = None,
+                 only: Sequence[tuple[str, str]] | None = None) -> None:
         if not hosts:
             raise ValueError("a sweep needs at least one host")
         self.hosts = list(hosts)
         self.pool = pool
         self.settings = settings or ProbeSettings()
         self.labels = labels or {}
+        #: Measure only these device pairs (by device name), as ``probe --refresh`` does.
+        self.only = list(only) if only is not None else None
+        self.strategy = "pairs" if only is not None else (self.settings.strategy or "all")
         self.sweep_id = uuid.uuid4().hex[:12]
         self.devices: list[Device] = []
         self.device_hosts: list[str] = []
         self.hosts_info: dict[str, HostInfo] = {}
         self.lost: dict[str, str] = {}
         self.workers: dict[int, RemoteWorker] = {}
+        self.host_workers: dict[str, HostWorkers] = {}
         self.sessions: dict[str, HostSession] = {}
         self.rounds: list[Round] = []
+        self.plan: SamplePlan | None = None
         self.fabric: Fabric | None = None
+        self.groups: list[GroupMeasured] = []
         self._queue: asyncio.Queue[SweepEvent] = asyncio.Queue()
         self._task: asyncio.Task | None = None
         self._results: dict[tuple[int, int], _Direction] = {}
         self._failed: dict[tuple[int, int], str] = {}
+        self._ready: dict[str, asyncio.Event] = {}
+        self._wake = asyncio.Event()
         self._started = 0.0
         self._cancelled = False
         self._restarted: set[int] = set()
@@ -342,52 +478,84 @@ class Sweep:
 
     async def _run(self) -> None:
         self._started = time.monotonic()
+        starts: list[asyncio.Task] = []
         try:
-            await self._setup()
-            for rnd in self.rounds:
-                self._emit(RoundStarted(rnd.index, len(self.rounds), len(rnd.slots)))
-                await asyncio.gather(*(self._run_slot(rnd.index, slot.pairs) for slot in rnd.slots))
+            starts = await self._setup()
+            await self._dispatch()
         except asyncio.CancelledError:
             self._cancelled = True
         except Exception as exc:  # a bug: still clean up and end the stream, then re-raise
             self._cancelled = True
             self.error = exc
         finally:
+            for t in starts:
+                t.cancel()
+            await asyncio.gather(*starts, return_exceptions=True)
             await asyncio.shield(self._cleanup())
             self.fabric = self._build_fabric()
-            measured = sum(1 for _ in self._results)
-            failed = self.fabric.n * (self.fabric.n - 1) - measured
+            measured = len(self._results)
+            inferred = _count(self.fabric.extras.get("inferred"))
+            failed = self.fabric.n * (self.fabric.n - 1) - measured - inferred
             self._emit(SweepDone(self.fabric, time.monotonic() - self._started, measured,
-                                 failed, self._cancelled))
+                                 failed, self._cancelled, inferred))
 
-    async def _setup(self) -> None:
-        s = self.settings
+    async def _setup(self) -> list[asyncio.Task]:
+        """Discover every host, plan the slots, and start the workers (returned tasks)."""
         results = await asyncio.gather(*(self._setup_host(k) for k in range(len(self.hosts))))
-        rows: list[tuple[Any, int | None]] = []
+        rows: list[tuple[Any, int | None, int | None]] = []
         for host, info in zip(self.hosts, results):
             if info is None:
                 wanted = host.gpus if getattr(host, "gpus", None) else (None,)
-                rows += [(host, g) for g in wanted]
+                rows += [(host, g, None) for g in wanted]
             else:
-                rows += [(host, g) for g in info.devices]
-        for row, (host, gpu) in enumerate(rows):
+                several = len(info.devices) > 1
+                rows += [(host, g, k if g is None and several else None) for k, g in enumerate(info.devices)]
+        for host, gpu, slot in rows:
             info = self.hosts_info.get(host.name)
             region = info.region if info else getattr(host, "region", None) or self.labels.get("region")
             zone = info.zone if info else getattr(host, "zone", None) or self.labels.get("zone")
             group = info.network_group if info else getattr(host, "network_group", None) or self.labels.get("network_group")
-            self.devices.append(Device(host.name, gpu, region, zone, group))
+            self.devices.append(Device(host.name, gpu, region, zone, group, slot))
             self.device_hosts.append(host.name)
-        self.rounds = schedule(self.device_hosts, sequential=s.sequential)
+        self._plan()
         npairs = sum(len(sl.pairs) for r in self.rounds for sl in r.slots)
-        self._emit(Discovered(tuple(self.devices), tuple(self.hosts_info.values()), len(self.rounds), npairs))
-        starts = []
-        for row, (host, gpu) in enumerate(rows):
-            if host.name not in self.lost:
-                starts.append(self._start_worker(row, host, gpu))
-        await asyncio.gather(*starts)
+        ngroups = sum(sl.group for r in self.rounds for sl in r.slots)
+        self._emit(Discovered(tuple(self.devices), tuple(self.hosts_info.values()), len(self.rounds),
+                              npairs, self.strategy, ngroups))
         for row, name in enumerate(self.device_hosts):  # hosts lost during set-up
             if name in self.lost:
                 self._fail_host_pairs(name, f"host-lost: {name}: {self.lost[name]}")
+        by_host: dict[str, list[int]] = {}
+        for row, name in enumerate(self.device_hosts):
+            by_host.setdefault(name, []).append(row)
+        starts = []
+        for name, host_rows in by_host.items():
+            self._ready[name] = asyncio.Event()
+            if name in self.lost:
+                continue
+            starts.append(asyncio.create_task(self._start_host(self.hosts_by_name(name), host_rows)))
+        return starts
+
+    def _plan(self) -> None:
+        s = self.settings
+        if self.strategy == "pairs":
+            index = {d.name: r for r, d in enumerate(self.devices)}
+            wanted = set()
+            for a, b in self.only or ():
+                if a in index and b in index and a != b:
+                    wanted.add((min(index[a], index[b]), max(index[a], index[b])))
+            self.rounds = schedule(self.device_hosts, sequential=s.sequential, wanted=wanted)
+            return
+        if s.strategy is None:
+            counts = collections.Counter(self.device_hosts)
+            self.strategy = "sampled" if counts and max(counts.values()) > 1 else "all"
+        if self.strategy == "sampled":
+            topos = {name: info.topo for name, info in self.hosts_info.items() if info.topo is not None}
+            self.plan = plan_sample(self.device_hosts, [d.gpu for d in self.devices], topos)
+            self.rounds = schedule(self.device_hosts, sequential=s.sequential, wanted=self.plan.measure,
+                                   groups=self.plan.groups)
+        else:
+            self.rounds = schedule(self.device_hosts, sequential=s.sequential)
 
     async def _setup_host(self, k: int) -> HostInfo | None:
         host = self.hosts[k]
@@ -410,20 +578,67 @@ class Sweep:
         await session.run(["mkdir", "-p", f"{REMOTE_DIR}/run"], check=True)
         return info
 
-    async def _start_worker(self, row: int, host: Any, gpu: int | None) -> None:
+    async def _start_host(self, host: Any, rows: list[int]) -> None:
+        """Start the host's worker process (one child per row); then the host is ready."""
+        pidfile = f"{REMOTE_DIR}/run/{self.sweep_id}-{rows[0]}.pid"
+        devices = ["cpu" if self.devices[r].gpu is None else str(self.devices[r].gpu) for r in rows]
+        hw = HostWorkers(self.sessions[host.name], host, devices, self._worker_path, pidfile)
+        self.host_workers[host.name] = hw
+        for k, row in enumerate(rows):
+            self.workers[row] = RemoteWorker(hw, row, k)
         try:
-            await asyncio.wait_for(self._spawn(row, host, gpu), self.settings.host_timeout_s)
+            await asyncio.wait_for(hw.start(self.settings.host_timeout_s), self.settings.host_timeout_s)
         except (asyncio.TimeoutError, TimeoutError):
             self._lose(host.name, f"probe worker did not start within {self.settings.host_timeout_s:g} s")
         except (SSHError, WorkerGone) as exc:
             self._lose(host.name, f"probe worker failed to start: {str(exc).split(': ', 1)[-1]}")
+        finally:
+            self._ready[host.name].set()
+            self._wake.set()
 
-    async def _spawn(self, row: int, host: Any, gpu: int | None) -> None:
-        session = self.sessions[host.name]
-        pidfile = f"{REMOTE_DIR}/run/{self.sweep_id}-{row}.pid"
-        worker = RemoteWorker(session, host, row, gpu, self._worker_path, pidfile)
-        self.workers[row] = worker
-        await worker.start(self.settings.host_timeout_s)
+    async def _dispatch(self) -> None:
+        """Run each host's slots in round order, each as soon as its hosts are set up and
+        done with their earlier slots (no barrier between rounds; module docstring)."""
+        queue: dict[str, list[Slot]] = {}
+        index_of: dict[int, int] = {}
+        for r in self.rounds:
+            for slot in r.slots:
+                index_of[id(slot)] = r.index
+                for h in slot.hosts:
+                    queue.setdefault(h, []).append(slot)
+        pending = [slot for r in self.rounds for slot in r.slots]
+        sizes = {r.index: len(r.slots) for r in self.rounds}
+        running: set[asyncio.Task] = set()
+        announced: set[int] = set()
+        while True:
+            self._wake.clear()
+            for task in [t for t in running if t.done()]:
+                running.discard(task)
+                task.result()  # a bug in a slot ends the sweep (re-raised from _run)
+            for slot in list(pending):
+                if self.settings.sequential and running:
+                    break
+                if not all(queue[h][0] is slot and (self._ready[h].is_set() or h in self.lost)
+                           for h in slot.hosts):
+                    if self.settings.sequential:
+                        break  # one at a time, in order
+                    continue
+                pending.remove(slot)
+                index = index_of[id(slot)]
+                if index not in announced:
+                    announced.add(index)
+                    self._emit(RoundStarted(index, len(self.rounds), sizes[index]))
+                task = asyncio.create_task(self._run_slot(index, slot))
+                task.add_done_callback(lambda _t, slot=slot: self._slot_done(queue, slot))
+                running.add(task)
+            if not pending and not running:
+                return
+            await self._wake.wait()
+
+    def _slot_done(self, queue: dict[str, list[Slot]], slot: Slot) -> None:
+        for h in slot.hosts:
+            queue[h].remove(slot)
+        self._wake.set()
 
     def _lose(self, name: str, reason: str) -> None:
         if name in self.lost:
@@ -449,8 +664,8 @@ class Sweep:
 
     # -- pairs ---------------------------------------------------------------------------
 
-    async def _run_slot(self, round_index: int, pairs: Sequence[tuple[int, int]]) -> None:
-        for i, j in pairs:
+    async def _run_slot(self, round_index: int, slot: Slot) -> None:
+        for i, j in slot.pairs:
             if (i, j) in self._failed:
                 continue
             a, b = self.device_hosts[i], self.device_hosts[j]
@@ -459,6 +674,87 @@ class Sweep:
                 continue
             self._emit(PairStarted(i, j, self.devices[i].name, self.devices[j].name, round_index))
             await self._measure(i, j)
+        if slot.group and not any(h in self.lost for h in slot.hosts):
+            await self._group_test(slot.hosts)
+
+    def _sampled_beta(self, src_host: str, dst_host: str) -> float:
+        betas = [_alpha_beta(d.fit)[1] for (i, j), d in self._results.items()
+                 if self.device_hosts[i] == src_host and self.device_hosts[j] == dst_host]
+        betas = [b for b in betas if math.isfinite(b)]
+        return float(np.median(betas)) if betas else math.nan
+
+    async def _group_test(self, hosts: tuple[str, ...]) -> None:
+        """All device pairs of two hosts at once, each way (one process group of all)."""
+        s = self.settings
+        a, b = hosts
+        rows_a = [r for r, h in enumerate(self.device_hosts) if h == a]
+        rows_b = [r for r, h in enumerate(self.device_hosts) if h == b]
+        single = (self._sampled_beta(a, b), self._sampled_beta(b, a))
+        flows = len(rows_a) * len(rows_b)
+        started = time.monotonic()
+        nan = (math.nan, math.nan)
+        if not all(math.isfinite(x) for x in single):
+            self._group_done(GroupMeasured((a, b), flows, nan, single, False, 0.0, "no sampled pair measured"))
+            return
+        # The whole test moves about max_transfer_s of one pair's rate, split over the flows.
+        nbytes = max(int(min(single) * 1e9 / 8 * s.max_transfer_s * s.group_share / flows), s.min_bytes)
+        try:
+            times = await self._group_job(rows_a, rows_b, nbytes)
+        except _PairError as exc:
+            self._group_done(GroupMeasured((a, b), flows, nan, single, False,
+                                           time.monotonic() - started, exc.reason))
+            return
+        gbps = tuple(flows * nbytes * 8 / 1e9 / min(times[k]) for k in ("forward", "backward"))
+        shared = all(g < 1.5 * one for g, one in zip(gbps, single))
+        self._group_done(GroupMeasured((a, b), flows, gbps, single, shared, time.monotonic() - started))
+
+    def _group_done(self, event: GroupMeasured) -> None:
+        self.groups.append(event)
+        self._emit(event)
+
+    async def _group_job(self, rows_a: list[int], rows_b: list[int], nbytes: int) -> dict[str, list[float]]:
+        s = self.settings
+        ranks = rows_a + rows_b
+        workers = [self.workers.get(r) for r in ranks]
+        if any(w is None for w in workers):
+            raise _PairError("no worker")
+        ha, hb = self.hosts_by_name(self.device_hosts[rows_a[0]]), self.hosts_by_name(self.device_hosts[rows_b[0]])
+        job_id = f"group-{ha.name}-{hb.name}-{time.monotonic_ns()}"
+        common = {"op": "group", "id": job_id, "world": len(ranks), "nbytes": nbytes, "reps": 1,
+                  "senders": list(range(len(rows_a))), "receivers": list(range(len(rows_a), len(ranks))),
+                  "master_addr": ha.address, "timeout_s": s.pair_timeout_s}
+        jobs = []
+        for rank, row in enumerate(ranks):
+            mine, other = (ha, hb) if rank < len(rows_a) else (hb, ha)
+            jobs.append(dict(common, rank=rank, peer_addr=other.address, ifname=mine.interface))
+        deadline = time.monotonic() + s.pair_timeout_s
+        try:
+            await workers[0].send(dict(jobs[0], master_port=0))
+            msg = await workers[0].recv(deadline - time.monotonic())
+        except (asyncio.TimeoutError, TimeoutError, WorkerGone) as exc:
+            await self._recover([workers[0]])
+            raise _PairError(self._failure_reason([workers[0]], exc)) from None
+        if msg.get("event") != "listening":
+            raise _PairError(f"{ha.name}: {msg.get('error') or msg}")
+
+        async def answer(w: RemoteWorker, job: dict[str, Any] | None) -> dict[str, Any]:
+            if job is not None:
+                await w.send(dict(job, master_port=msg["port"]))
+            return await w.recv(max(deadline - time.monotonic(), 0.0) + 5)
+
+        answers = await asyncio.gather(*(answer(w, j if k else None) for k, (w, j) in enumerate(zip(workers, jobs))),
+                                       return_exceptions=True)
+        broken = [w for w, got in zip(workers, answers) if isinstance(got, BaseException)]
+        if broken:
+            await self._recover(broken)
+            await self._recover([w for w in workers if w not in broken], counted=False)
+            first = next(got for got in answers if isinstance(got, BaseException))
+            raise _PairError(self._failure_reason(broken, first))
+        for w, got in zip(workers, answers):
+            if not got.get("ok"):
+                await self._recover(workers, counted=False)
+                raise _PairError(f"{w.host.name}: {got.get('error')}")
+        return answers[0]["times"]
 
     async def _measure(self, i: int, j: int) -> None:
         best: dict[tuple[int, int], _Direction] = {}
@@ -500,7 +796,8 @@ class Sweep:
         ha, hb = self.hosts_by_name(self.device_hosts[i]), self.hosts_by_name(self.device_hosts[j])
         same = ha.name == hb.name
         job_id = f"{i}-{j}-{time.monotonic_ns()}"
-        common = {"op": "pair", "id": job_id, "sizes": list(s.sizes_bytes), "reps": s.reps,
+        common = {"op": "pair", "id": job_id, "sizes": list(s.sizes_bytes),
+                  "reps": s.pair_reps(self.plan is not None),
                   "warmup": s.warmup, "max_transfer_s": s.max_transfer_s, "min_bytes": s.min_bytes,
                   "timeout_s": s.pair_timeout_s}
         master = "127.0.0.1" if same else ha.address
@@ -522,11 +819,13 @@ class Sweep:
         broken = [w for w, a in zip((wa, wb), answers) if isinstance(a, BaseException)]
         if broken:
             await self._recover(broken)
+            await self._recover([w for w in (wa, wb) if w not in broken], counted=False)
             first = next(a for a in answers if isinstance(a, BaseException))
             raise _PairError(self._failure_reason(broken, first))
         ra, rb = answers
         for r, host in ((ra, ha), (rb, hb)):
             if not r.get("ok"):
+                await self._recover([wa, wb], counted=False)
                 raise _PairError(f"{host.name}: {r.get('error')}")
         return {"a": ra["samples"], "b": rb["samples"], "a_if": ra.get("interface"),
                 "b_if": rb.get("interface"), "transfer_s": max(ra["transfer_s"], rb["transfer_s"])}
@@ -576,58 +875,60 @@ class Sweep:
                 return h
         raise KeyError(name)
 
-    async def _recover(self, workers: Sequence[RemoteWorker]) -> None:
-        """Kill broken workers and start them again once; a host that no longer answers is lost."""
+    async def _recover(self, workers: Sequence[RemoteWorker], counted: bool = True) -> None:
+        """Fork broken worker children again, or restart a host's whole worker process, once
+        per device; a host that no longer answers is lost.
+
+        ``counted=False`` renews the healthy side of a failed job: a fork is cheap (torch
+        stays imported), and a child whose process group broke mid-transfer is not trusted
+        to form the next one; it does not use up the device's one restart.
+        """
         for w in workers:
             name = w.host.name
             if name in self.lost:
                 continue
-            session = self.sessions[name]
+            hw, session = w.workers, self.sessions[name]
             try:
                 await session.run(["true"], timeout=10)  # reconnects once if the link dropped
             except SSHError as exc:
-                w.close()
+                hw.close()
                 self._lose(name, f"no longer answers: {str(exc).split(': ', 1)[-1]}")
                 continue
             try:
-                await session.run_shell(kill_script([w.pidfile]), timeout=10)
-                w.close()
-                if w.row in self._restarted:
+                if counted and w.row in self._restarted:
                     raise SSHError(name, "probe worker failed twice")
-                self._restarted.add(w.row)
-                w.session = session
-                await w.start(self.settings.host_timeout_s)
+                if counted:
+                    self._restarted.add(w.row)
+                if hw.alive:
+                    try:
+                        await hw.restart(w.dev, self.settings.host_timeout_s)
+                        continue
+                    except WorkerGone:
+                        pass  # the whole process went meanwhile: start it again below
+                await session.run_shell(kill_script([hw.pidfile]), timeout=10)
+                hw.session = session
+                await hw.start(self.settings.host_timeout_s)
             except (SSHError, WorkerGone, asyncio.TimeoutError, TimeoutError) as exc:
-                w.close()
+                hw.close()
                 self._lose(name, f"probe worker could not be restarted: {str(exc).split(': ', 1)[-1]}")
 
     # -- end -----------------------------------------------------------------------------
 
     async def _cleanup(self) -> None:
-        by_host: dict[str, list[RemoteWorker]] = {}
-        for w in self.workers.values():
-            by_host.setdefault(w.host.name, []).append(w)
-
-        async def finish(name: str, workers: list[RemoteWorker]) -> None:
-            for w in workers:
-                if w.proc is not None and not self._cancelled:
-                    try:
-                        w.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
-                        w.proc.stdin.write_eof()
-                    except Exception:
-                        pass
+        async def finish(name: str, hw: HostWorkers) -> None:
+            if not self._cancelled:
+                hw.exit()
             session = self.sessions.get(name)
             # A host lost for a timeout or a failed restart may still answer: kill there too.
             if session is not None and not (name in self.lost and session.closed):
                 try:
                     await asyncio.wait_for(session.run_shell(
-                        kill_script([w.pidfile for w in workers]), timeout=10, retry=False), 15)
+                        kill_script([hw.pidfile]), timeout=10, retry=False), 15)
                 except (SSHError, asyncio.TimeoutError, TimeoutError):
                     pass
-            for w in workers:
-                w.close()
+            hw.close()
 
-        await asyncio.gather(*(finish(n, ws) for n, ws in by_host.items()), return_exceptions=True)
+        await asyncio.gather(*(finish(n, hw) for n, hw in self.host_workers.items()), return_exceptions=True)
 
     def _build_fabric(self) -> Fabric:
         n = len(self.devices) or 1
@@ -653,15 +954,32 @@ class Sweep:
             for a, b in ((i, j), (j, i)):
                 if (a, b) not in self._results:
                     flag[a][b] = reason
+        extras: dict[str, Any] = {"fit_r2": r2, "fit_flag": flag, "probe_interface": iface}
+        if self.plan is not None and len(self.device_hosts) == n:
+            inf = infer(alpha, beta, self.device_hosts, self.plan)
+            alpha = np.where(inf.mask, inf.alpha_ms, alpha)
+            beta = np.where(inf.mask, inf.beta_gbps, beta)
+            extras.update(inferred=inf.mask.tolist(), inferred_basis=inf.basis, inferred_spread=inf.spread)
         for i in range(n):
             for j in range(n):
                 if i != j and flag[i][j] is None and not math.isfinite(alpha[i, j]):
-                    flag[i][j] = "cancelled" if self._cancelled else "not measured"
+                    flag[i][j] = self._why_not(i, j)
         labels = [d.region or d.host for d in self.devices]
         return Fabric(alpha, beta, labels, tuple(self.devices),
                       measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                      meta=self._meta(), extras={"fit_r2": r2, "fit_flag": flag, "probe_interface": iface},
-                      source="<probe sweep>")
+                      meta=self._meta(), extras=extras, source="<probe sweep>")
+
+    def _why_not(self, i: int, j: int) -> str:
+        """The reason an entry has no value (neither measured nor inferred)."""
+        if self._cancelled:
+            return "cancelled"
+        if self.plan is None:
+            return "not measured" if self.strategy != "pairs" else "not re-measured"
+        a, b = self.device_hosts[i], self.device_hosts[j]
+        lost = next((h for h in (a, b) if h in self.lost), None)
+        if lost is not None:
+            return f"host-lost: {lost}: {self.lost[lost]}"
+        return f"not inferred: no sampled pair of {a} -> {b} measured"
 
     def _meta(self) -> dict[str, Any]:
         hosts: dict[str, Any] = {}
@@ -690,6 +1008,9 @@ class Sweep:
         meta["probe"] = dict(self.settings.to_json(), sweep_id=self.sweep_id,
                              elapsed_s=round(time.monotonic() - self._started, 3),
                              rounds=len(self.rounds), command=self.settings.command,
+                             strategy=self.strategy,
+                             planned_pairs=sum(len(sl.pairs) for r in self.rounds for sl in r.slots),
+                             concurrent=[_group_json(g) for g in self.groups],
                              timing="sender clock, round trip of (payload there, 1 byte back); "
                                     "alpha = half the fitted intercept")
         meta["hosts"] = hosts
@@ -712,6 +1033,20 @@ def _alpha_beta(fit: Fit) -> tuple[float, float]:
     """(alpha_ms, beta_gbps) of a direction: half the round-trip intercept, >= 0."""
     alpha_ms = max(fit.intercept_s, 0.0) / 2.0 * 1000.0
     return alpha_ms, fit.beta_gbps
+
+
+def _group_json(g: GroupMeasured) -> dict[str, Any]:
+    def num(x: float) -> float | None:
+        return round(x, 6) if math.isfinite(x) else None
+
+    return {"hosts": list(g.hosts), "flows": g.flows, "gbps": [num(x) for x in g.gbps],
+            "single_pair_gbps": [num(x) for x in g.single_gbps], "shared_link": g.shared,
+            "wall_s": round(g.wall_s, 3), "error": g.error}
+
+
+def _count(mask: Any) -> int:
+    """True entries of an ``n x n`` list of bools (None: 0)."""
+    return sum(bool(x) for row in mask for x in row) if isinstance(mask, list) else 0
 
 
 def _source_hash() -> str:

@@ -17,8 +17,8 @@ from screens.statusbar import StatusBar
 from screens.tabs import ScreenTabs
 from screens.messages import Activity, SessionChanged
 from screens.heatmap_view import (
-    ESTIMATED_GLYPH, ESTIMATED_OFFSET, METRIC_TITLES, METRICS, PALETTES, SELF, UNMEASURED, UNMEASURED_GLYPH,
-    Heatmap, faded,
+    ESTIMATED_GLYPH, ESTIMATED_OFFSET, INFERRED_GLYPH, INFERRED_OFFSET, METRIC_TITLES, METRICS, PALETTES, SELF, UNMEASURED, UNMEASURED_GLYPH,
+    Heatmap, darkened, faded,
 )
 from solver.fabric import Fabric
 from solver.workload import Workload
@@ -64,11 +64,14 @@ def describe_pair(fabric: Fabric, workload: Workload, i: int, j: int) -> Text:
     r2 = _extra(fabric, "fit_r2", i, j)
     flag = _extra(fabric, "fit_flag", i, j)
     estimated = bool(_extra(fabric, "estimated", i, j))
+    inferred = bool(_extra(fabric, "inferred", i, j))
     measured = math.isfinite(a[i, j])
     state = "estimated from labels" if estimated else ("measured" if measured else "not measured")
+    if inferred:
+        state = f"inferred, not measured: {_extra(fabric, 'inferred_basis', i, j) or 'sampled pairs'}"
     text.append(f"R² {r2:.4f}   " if isinstance(r2, (int, float)) else "R² -   ")
     text.append(f"when {fabric.measured_at or '-'}   ")
-    text.append(state, style="yellow" if estimated else ("green" if measured else "red"))
+    text.append(state, style="yellow" if estimated or inferred else ("green" if measured else "red"))
     if flag:
         text.append(f"   {flag}", style="bold red")
     return text
@@ -80,13 +83,17 @@ def describe_blocks(fabric: Fabric, workload: Workload, rows: np.ndarray, cols: 
     a = fabric.alpha_ms[sub]
     b = fabric.beta_gbps[sub]
     off = ~np.equal.outer(rows, cols)
-    measured = np.isfinite(a) & off
+    finite = np.isfinite(a) & off
+    inferred = _mask(fabric, "inferred")[sub] & finite
+    measured = finite & ~inferred & ~_mask(fabric, "estimated")[sub]
     text = Text()
     text.append(f"{level} {names[0]}", style="bold")
     text.append("  ->  ")
     text.append(f"{level} {names[1]}\n", style="bold")
     pairs = int(off.sum())
-    text.append(f"{pairs} pairs, {int(measured.sum())} measured   ")
+    text.append(f"{pairs} pairs, {int(measured.sum())} measured"
+                + (f", {int(inferred.sum())} inferred   " if inferred.any() else "   "))
+    measured = finite
     if measured.any():
         t = fabric.transfer_s(workload.c_pp, workload.pp_messages)[sub]
         text.append(f"mean alpha {a[measured].mean():.3g} ms   mean beta {b[measured].mean():.3g} Gbps   ")
@@ -97,6 +104,12 @@ def describe_blocks(fabric: Fabric, workload: Workload, rows: np.ndarray, cols: 
     return text
 
 
+def _mask(fabric: Fabric, key: str) -> np.ndarray:
+    from screens.heatmap_view import estimated_mask
+
+    return estimated_mask(fabric, key)
+
+
 class ColourLegend(Static):
     """The colour scale of the heatmap with its end values and units."""
 
@@ -104,7 +117,7 @@ class ColourLegend(Static):
     DEFAULT_CSS = "ColourLegend { height: auto; }"
 
     def show(self, metric: str, lo: float, hi: float, level: str, estimated: bool = False,
-             palette: str = "viridis", zoom: int = 0) -> None:
+             palette: str = "viridis", zoom: int = 0, inferred: bool = False) -> None:
         colours = PALETTES[palette]
         text = Text(f"{METRIC_TITLES[metric]}  ")
         ends = (hi, lo) if metric == "beta" else (lo, hi)
@@ -123,6 +136,9 @@ class ColourLegend(Static):
         if estimated:
             text.append(ESTIMATED_GLYPH * 2, style=f"{SELF} on {faded(colours)[len(colours) // 2]}")
             text.append(" estimated ")
+        if inferred:
+            text.append(INFERRED_GLYPH * 2, style=f"{colours[len(colours) // 2]} on {darkened(colours)[len(colours) // 2]}")
+            text.append(" inferred ")
         text.append(f" cells: {level}, zoom {zoom or 'fit'} (+/-)")
         self.update(text)
 
@@ -139,6 +155,9 @@ class HeatmapScreen(ConsoleScreen):
         ("Next colour scale", "viridis or cividis, both colour-blind safe (p)", "cycle_palette"),
         ("Start sweep", "Measure every pair of the inventory (s)", "start_sweep"),
         ("Cancel sweep", "Stop the sweep and its remote workers (x)", "cancel_sweep"),
+        ("Refresh fabric", "Re-measure the solution's bottleneck links and a sample; report drift (f)",
+         "refresh"),
+        ("Solve again", "After drift on a bottleneck link: solve on the refreshed fabric (S)", "resolve"),
     )
     HELP_WIDGETS = (Heatmap,)
     BINDINGS = [
@@ -149,11 +168,15 @@ class HeatmapScreen(ConsoleScreen):
         Binding("p", "cycle_palette", "Palette", show=False),
         Binding("s", "start_sweep", "Sweep"),
         Binding("x", "cancel_sweep", "Cancel sweep"),
+        Binding("f", "refresh", "Refresh", show=False),
+        Binding("S", "resolve", "Solve again", show=False),
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.sweep: Any = None
+        #: A refresh (re-measuring a sample of links) is running.
+        self.refreshing = False
 
     def compose(self) -> ComposeResult:
         yield ScreenTabs()
@@ -184,9 +207,14 @@ class HeatmapScreen(ConsoleScreen):
             return
         missing = len(s.fabric.missing_pairs())
         total = s.fabric.n * (s.fabric.n - 1) // 2
+        counts = {}
+        for key in ("inferred", "estimated"):  # neither is called measured
+            m = _mask(s.fabric, key)
+            counts[key] = int(np.triu(m | m.T, 1).sum())
+        also = "".join(f", {v} {k}" for k, v in counts.items() if v)
         self.query_one("#fabric-title", Static).update(
-            f"Fabric {s.fabric.source}: {s.fabric.n} devices, {total - missing}/{total} pairs measured — "
-            f"{METRIC_TITLES[heatmap.metric]}"
+            f"Fabric {s.fabric.source}: {s.fabric.n} devices, "
+            f"{total - missing - sum(counts.values())}/{total} pairs measured{also} — {METRIC_TITLES[heatmap.metric]}"
         )
 
     def action_metric(self, metric: str) -> None:
@@ -224,8 +252,9 @@ class HeatmapScreen(ConsoleScreen):
             details.update("")
             return
         self.query_one(ColourLegend).show(
-            heatmap.metric, lay.lo, lay.hi, lay.level, bool((lay.colour >= ESTIMATED_OFFSET).any()),
-            heatmap.palette, heatmap.zoom,
+            heatmap.metric, lay.lo, lay.hi, lay.level,
+            bool(((lay.colour >= ESTIMATED_OFFSET) & (lay.colour < INFERRED_OFFSET)).any()),
+            heatmap.palette, heatmap.zoom, bool((lay.colour >= INFERRED_OFFSET).any()),
         )
         self._title()
         rows, cols = heatmap.cursor_rows()
@@ -235,14 +264,72 @@ class HeatmapScreen(ConsoleScreen):
         else:
             details.update(describe_blocks(fabric, workload, rows, cols, (lay.names[r], lay.names[c]), lay.level))
 
+    # -- refresh: re-measure a sample, mark the solution STALE on bottleneck drift --------
+    def action_refresh(self) -> None:
+        s = self.session
+        if not s.inventory or s.fabric is None or s.fabric.devices is None:
+            self.notify("refresh needs a measured fabric and its inventory (--inventory hosts.toml)",
+                        severity="warning")
+            return
+        if self.sweep is not None or self.refreshing:
+            self.notify("a sweep or refresh is already running", severity="warning")
+            return
+        self.query_one("#sweep-status", Static).update("Refreshing: re-measuring a sample of links...")
+        self.run_refresh(s.inventory, s.known_hosts)
+
+    @work(exclusive=True, exit_on_error=False, group="sweep", description="fabric refresh")
+    async def run_refresh(self, inventory: str, known_hosts: str | None) -> None:
+        from geoconsole.inventory import load_inventory
+        from probes.refresh import bottlenecks_for_rank_map, choose_links, merged, run_refresh
+        from probes.ssh import SSHPool
+
+        s = self.session
+        fabric, sol = s.fabric, s.current
+        bottlenecks = None
+        if sol is not None and not s.is_stale(sol):
+            bottlenecks = bottlenecks_for_rank_map(fabric, sol.rank_map, sol.workload)
+        links = choose_links(fabric, bottlenecks)
+        hosts = load_inventory(inventory).hosts
+        async with SSHPool(**({"known_hosts": known_hosts} if known_hosts else {})) as pool:
+            self.refreshing = True  # a refresh and a sweep never run at once
+            try:
+                new, drifts = await run_refresh(hosts, pool, fabric, links)
+            finally:
+                self.refreshing = False
+        moved = [d for d in drifts if d.drifted]
+        self.show_refresh(drifts, moved)
+        if moved and s.fabric is fabric:
+            s.set_fabric(merged(fabric, new, drifts))
+            self.post_message(SessionChanged("refresh: drift"))
+
+    def show_refresh(self, drifts: list, moved: list) -> None:
+        """The status line and notification for a finished refresh."""
+        status = self.query_one("#sweep-status", Static)
+        hot = [d for d in moved if d.link.why == "bottleneck"]
+        if hot:
+            words = "; ".join(d.words() for d in hot[:2])
+            status.update(Text(f"STALE: drift on the solution's bottleneck links: {words}. "
+                               "S solves again on the refreshed fabric.", style="bold yellow"))
+            self.notify(f"{len(hot)} bottleneck link(s) drifted: the solution is STALE; press S to solve again",
+                        title="refresh", severity="warning", timeout=10)
+        elif moved:
+            status.update(Text(f"refresh: {len(moved)} of {len(drifts)} links drifted (none a bottleneck of "
+                               f"the solution): {moved[0].words()}", style="yellow"))
+        else:
+            status.update(f"refresh: {len(drifts)} links re-measured, no drift beyond 20%")
+
+    def action_resolve(self) -> None:
+        self.app.switch_mode("solve")
+        self.app.call_after_refresh(lambda: getattr(self.app.screen, "action_solve", lambda: None)())
+
     # -- sweep (async worker on the app's loop: asyncssh is asyncio-native) -----------
     def action_start_sweep(self) -> None:
         s = self.session
         if not s.inventory:
             self.notify("the demo fabric has no fleet to sweep: open with --inventory hosts.toml", severity="warning")
             return
-        if self.sweep is not None:
-            self.notify("a sweep is already running (x cancels it)", severity="warning")
+        if self.sweep is not None or self.refreshing:
+            self.notify("a sweep or refresh is already running (x cancels a sweep)", severity="warning")
             return
         self.run_sweep(s.inventory, s.known_hosts)
 
@@ -288,6 +375,7 @@ class HeatmapScreen(ConsoleScreen):
         if kind == "Discovered" or (live.fabric is None and getattr(self.sweep, "devices", None) and kind == "PairStarted"):
             devices = tuple(getattr(event, "devices", None) or self.sweep.devices)
             live.start(devices)
+            live.total = getattr(event, "pairs", live.total)  # a sampled sweep infers the rest
             self.session.fabric = live.fabric
             progress.update(total=live.total, progress=0)
             self.query_one(Heatmap).set_data(live.fabric, self.session.workload, self.session.devices())
@@ -308,7 +396,8 @@ class HeatmapScreen(ConsoleScreen):
         elif kind == "SweepDone":
             self.session.set_fabric(event.fabric)
             words = "cancelled" if event.cancelled else "done"
-            status.update(f"sweep {words}: {event.measured} pairs measured, {event.failed} failed, {event.elapsed_s:.1f} s")
+            also = f", {event.inferred} inferred" if getattr(event, "inferred", 0) else ""
+            status.update(f"sweep {words}: {event.measured} pairs measured{also}, {event.failed} failed, {event.elapsed_s:.1f} s")
             self.post_message(Activity("sweep", None))
             self.post_message(SessionChanged(f"sweep {words}"))
 

@@ -4,7 +4,8 @@ Each cell is one character wide and half a line high (the upper half-block glyph
 foreground = upper row, background = lower row), so a 64-GPU fabric fits in 64 columns
 and 32 lines. When even that would not fit, rows and columns are aggregated by host,
 then by label (mean of the measured pairs inside each block), so large fleets stay
-readable instead of being cropped.
+readable instead of being cropped. Pairs a sampled sweep inferred are drawn in a darker
+scale, with the shade glyph where both halves of a character are inferred.
 """
 
 from __future__ import annotations
@@ -61,6 +62,18 @@ def faded(palette: tuple[str, ...]) -> tuple[str, ...]:
 
 
 ESTIMATED_PALETTE = faded(PALETTE)
+#: Pairs a sampled sweep inferred: the same scale, darker, and drawn with the shade
+#: glyph where both halves of a character are inferred, so they differ by shape too.
+INFERRED_OFFSET = 200
+INFERRED_GLYPH = "▒"
+
+
+def darkened(palette: tuple[str, ...]) -> tuple[str, ...]:
+    """The scale darkened: pairs inferred from sampled pairs of the same two hosts."""
+    return tuple("#%02x%02x%02x" % tuple(int(c[i:i + 2], 16) * 3 // 5 for i in (1, 3, 5)) for c in palette)
+
+
+INFERRED_PALETTE = darkened(PALETTE)
 
 
 def blend(colour: str, other: str, t: float) -> str:
@@ -190,9 +203,10 @@ def colour_index(values: np.ndarray, metric: str, is_self: np.ndarray) -> tuple[
     return idx, lo, hi
 
 
-def estimated_mask(fabric: Fabric) -> np.ndarray:
-    """True where the fabric's ``estimated`` extra marks a pair as filled from labels."""
-    raw = fabric.extras.get("estimated")
+def estimated_mask(fabric: Fabric, key: str = "estimated") -> np.ndarray:
+    """True where the fabric's ``estimated`` extra marks a pair as filled from labels
+    (``key="inferred"``: inferred by a sampled sweep)."""
+    raw = fabric.extras.get(key)
     n = fabric.n
     if not isinstance(raw, list) or len(raw) != n:
         return np.zeros((n, n), dtype=bool)
@@ -245,6 +259,8 @@ def build_layout(
     if level == "device":
         estimated = estimated_mask(fabric)[np.ix_(order, order)]
         colour = np.where(estimated & (colour >= 0), colour + ESTIMATED_OFFSET, colour)
+        inferred = estimated_mask(fabric, "inferred")[np.ix_(order, order)]
+        colour = np.where(inferred & (colour >= 0) & (colour < ESTIMATED_OFFSET), colour + INFERRED_OFFSET, colour)
     groups: list[tuple[str, int, int]] = []
     for b, rows in enumerate(blocks):
         g = group_key(devices[rows[0]], labels[rows[0]])
@@ -476,6 +492,8 @@ class Heatmap(Widget, can_focus=True):
         if index >= CROSS_OFFSET // 2:  # the crosshair: the same colour, lightened
             base = self.colour(index - CROSS_OFFSET)
             found = None if base is None else blend(base, "#ffffff", 0.3)
+        elif index >= INFERRED_OFFSET:
+            found = darkened(palette)[index - INFERRED_OFFSET]
         elif index >= ESTIMATED_OFFSET:
             found = faded(palette)[index - ESTIMATED_OFFSET]
         elif index >= 0:
@@ -539,7 +557,13 @@ class Heatmap(Widget, can_focus=True):
         starts = np.concatenate([[0], change])
         ends = np.concatenate([change, [len(cols)]])
         for s, e in zip(starts.tolist(), ends.tolist()):
-            segments.append(Segment("▀" * ((e - s) * lay.cell), self._style(int(top[s]), int(bottom[s]))))
+            t, b = int(top[s]), int(bottom[s])
+            if _inferred(t) and (_inferred(b) or b == -3):
+                # Both halves inferred: the shade glyph, normal colour under the darker one.
+                under = b - INFERRED_OFFSET if _inferred(b) else b
+                segments.append(Segment(INFERRED_GLYPH * ((e - s) * lay.cell), self._style(t, under)))
+            else:
+                segments.append(Segment("▀" * ((e - s) * lay.cell), self._style(t, b)))
         return Strip(segments)
 
     def _full_line(self, r: int, indices: np.ndarray, cols: range, middle: bool) -> list[Segment]:
@@ -556,8 +580,10 @@ class Heatmap(Widget, can_focus=True):
             if text:
                 dark = _luminance(bg) < 0.45
                 out.append(Segment(text.center(lay.cell), Style(color="#ffffff" if dark else "#000000", bgcolor=bg, bold=True)))
-            elif ESTIMATED_OFFSET <= base < CROSS_OFFSET // 2:
+            elif ESTIMATED_OFFSET <= base < INFERRED_OFFSET:
                 out.append(Segment(ESTIMATED_GLYPH * lay.cell, Style(color=self.colour(-2), bgcolor=bg)))
+            elif INFERRED_OFFSET <= base < CROSS_OFFSET // 2:
+                out.append(Segment(INFERRED_GLYPH * lay.cell, Style(color=self.colour(base - INFERRED_OFFSET), bgcolor=bg)))
             else:
                 out.append(Segment(" " * lay.cell, Style(bgcolor=bg)))
         return out
@@ -594,6 +620,11 @@ class Heatmap(Widget, can_focus=True):
             x = (self.cursor[1] - cols.start) * lay.cell
             line[x: x + lay.cell] = "▼" * lay.cell if lay.cell <= 2 else list(("▼" * lay.cell))
         return [Segment(" " * gutter), Segment("".join(line), Style(bold=y == 0))]
+
+
+def _inferred(index: int) -> bool:
+    """A colour index of an inferred pair (not the cursor's crosshair of one)."""
+    return INFERRED_OFFSET <= index < CROSS_OFFSET // 2
 
 
 def _luminance(colour: str | None) -> float:

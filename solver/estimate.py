@@ -145,10 +145,32 @@ def estimated_mask(fabric: Fabric) -> np.ndarray:
     return mask
 
 
+def inferred_mask(fabric: Fabric) -> np.ndarray:
+    """``(n, n)`` bools: True where a sampled sweep inferred an entry from other measured
+    pairs of the same two hosts (the fabric's ``inferred`` extra), not measured."""
+    raw = fabric.extras.get("inferred")
+    n = fabric.n
+    if raw is None:
+        return np.zeros((n, n), dtype=bool)
+    try:
+        mask = np.array([[bool(x) for x in row] for row in raw], dtype=bool)
+    except TypeError:
+        raise ValueError(f"{fabric.source}: inferred: expected {n} x {n} booleans") from None
+    if mask.shape != (n, n):
+        raise ValueError(f"{fabric.source}: inferred: expected {n} x {n} booleans, got shape {mask.shape}")
+    return mask
+
+
+def inferred_pair_count(fabric: Fabric) -> int:
+    """Unordered pairs with at least one inferred direction."""
+    return estimated_pair_count_from(inferred_mask(fabric))
+
+
 def measured_mask(fabric: Fabric) -> np.ndarray:
-    """``(n, n)`` bools: True where both alpha and beta were measured (not estimated)."""
+    """``(n, n)`` bools: True where both alpha and beta were measured (not estimated, not
+    inferred)."""
     finite = np.isfinite(fabric.alpha_ms) & np.isfinite(fabric.beta_gbps)
-    out = finite & ~estimated_mask(fabric)
+    out = finite & ~estimated_mask(fabric) & ~inferred_mask(fabric)
     np.fill_diagonal(out, False)
     return out
 

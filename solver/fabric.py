@@ -42,26 +42,33 @@ class FabricError(ValueError):
 
 @dataclass(frozen=True)
 class Device:
-    """One matrix row: where it lives. ``gpu`` is ``None`` for a CPU host."""
+    """One matrix row: where it lives. ``gpu`` is ``None`` for a CPU host; ``slot``
+    numbers the processes of a CPU host that runs several (``slots=N``), else ``None``."""
 
     host: str
     gpu: int | None = None
     region: str | None = None
     zone: str | None = None
     network_group: str | None = None
+    slot: int | None = None
 
     @property
     def name(self) -> str:
-        return self.host if self.gpu is None else f"{self.host}:{self.gpu}"
+        if self.gpu is None:
+            return self.host if self.slot is None else f"{self.host}:cpu{self.slot}"
+        return f"{self.host}:{self.gpu}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "host": self.host,
             "gpu": self.gpu,
             "region": self.region,
             "zone": self.zone,
             "network_group": self.network_group,
         }
+        if self.slot is not None:
+            doc["slot"] = self.slot
+        return doc
 
 
 @dataclass(eq=False)
@@ -268,12 +275,12 @@ def _parse_matrix(raw: Any, name: str, n: int, src: str) -> np.ndarray:
 
 
 #: Fields a device entry may have.
-_DEVICE_KEYS = frozenset({"host", "gpu", "region", "zone", "network_group"})
+_DEVICE_KEYS = frozenset({"host", "gpu", "slot", "region", "zone", "network_group"})
 #: Top-level fields a fabric may have: the spec's three, the optional ones, and the
 #: per-pair fields written by probe sweeps (fit quality, interface) and by estimates.
 _FABRIC_KEYS = frozenset({"labels", "alpha_ms", "beta_gbps", "devices", "meta", "measured_at",
                           "fit_r2", "fit_flag", "probe_interface", "estimated", "estimate_basis",
-                          "inferred", "inferred_spread"})
+                          "inferred", "inferred_basis", "inferred_spread"})
 
 
 def _nearest(key: str, known) -> str:
@@ -302,6 +309,9 @@ def _parse_devices(raw: Any, n: int, src: str) -> tuple[Device, ...]:
         gpu = d.get("gpu")
         if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0):
             raise FabricError(f"{src}: devices[{i}].gpu: expected an index >= 0 or null, got {gpu!r}")
+        slot = d.get("slot")
+        if slot is not None and (isinstance(slot, bool) or not isinstance(slot, int) or slot < 0 or gpu is not None):
+            raise FabricError(f"{src}: devices[{i}].slot: expected an index >= 0 on a CPU row (gpu null), got {slot!r}")
         values = {}
         for key in ("region", "zone", "network_group"):
             v = d.get(key)
@@ -309,7 +319,7 @@ def _parse_devices(raw: Any, n: int, src: str) -> tuple[Device, ...]:
             if why:
                 raise FabricError(f"{src}: devices[{i}].{key}: {why}")
             values[key] = v or None
-        out.append(Device(host=d["host"], gpu=gpu, **values))
+        out.append(Device(host=d["host"], gpu=gpu, slot=slot, **values))
     return tuple(out)
 
 

@@ -327,6 +327,15 @@ class EmulatedFleet:
             out.append((int(pid), raw.replace(b"\0", b" ").decode(errors="replace").strip()))
         return out
 
+    def set_rate(self, a: str, b: str, mbit: int) -> None:
+        """Change the tbf rate of the link between hosts ``a`` and ``b`` (both directions)."""
+        for src, dst in ((a, b), (b, a)):
+            host = self.host(src)
+            burst = max(mbit * 1_000_000 // 8 // 250, 16 * 1514)
+            _sh("tc", "qdisc", "change", "dev", host.links[dst], "root", "tbf", "rate", f"{mbit}mbit",
+                "burst", str(burst), "latency", "100ms", ns=host.namespace)
+        self.rates_mbit[(a, b)] = self.rates_mbit[(b, a)] = mbit
+
     def install_stub(self, name: str, program: str, script: str) -> Path:
         """Put an executable ``program`` (shell script text) first on the host's PATH."""
         path = self.host(name).bin_dir / program

@@ -215,3 +215,38 @@ async def test_cancelled_sweep_keeps_what_was_measured(emulated_fleet):
         fabric = app.session.fabric
         assert fabric is not None and fabric.missing_pairs()  # partial, unmeasured pairs stay null
         await wait_until(lambda: not workers(), 30)  # no probe worker left behind
+
+
+async def test_refresh_marks_the_solution_stale_on_bottleneck_drift_and_offers_to_solve(emulated_fleet):
+    from geoconsole.session import Solution
+    from solver.fabric import Device, Fabric
+    from solver.workload import Workload
+
+    f = emulated_fleet
+    app = demo_app(inventory=f.inventory_path)
+    app.session.known_hosts = str(f.known_hosts_path)
+    devices = tuple(Device(h.name, None, "lab") for h in f.hosts)
+    n = len(devices)
+    alpha, beta = np.full((n, n), 0.1), np.zeros((n, n))
+    for i, a in enumerate(f.hosts):
+        for j, b in enumerate(f.hosts):
+            if i != j:  # the fabric believes every link twice as fast as its tbf rate
+                beta[i, j] = 2 * f.rates_mbit[(a.name, b.name)] / 1000
+    np.fill_diagonal(alpha, 0)
+    app.session.workload = Workload(2, n // 2, 0.1, 0.1)
+    app.session.set_fabric(Fabric(alpha, beta, ("lab",) * n, devices, source="fleet"))
+    sol = Solution("solve #1", np.asarray([3, 2, 1, 0]), 1.0, app.session.workload, app.session.digest(),
+                   "2026-11-29T12:00:00Z")
+    app.session.add_solution(sol)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.press("2", "f")
+        screen = app.screen
+        await wait_until(lambda: not screen.refreshing and screen.sweep is None
+                         and "STALE" in str(screen.query_one("#sweep-status").render()), 240)
+        assert app.session.is_stale(sol)
+        fabric = app.session.fabric
+        names = [d.host for d in fabric.devices]
+        i, j = names.index("h2"), names.index("h3")  # rank 0 -> rank 1: the pipeline bottleneck
+        assert fabric.beta_gbps[i, j] == pytest.approx(f.rates_mbit[("h2", "h3")] / 1000, rel=0.15)
+        await pilot.press("S")
+        await wait_until(lambda: app.current_mode == "solve", 30)

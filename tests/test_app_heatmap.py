@@ -165,3 +165,79 @@ async def test_hovering_a_cell_names_the_pair_in_full():
         await pilot.hover(Heatmap, offset=(1 + heatmap.label_width + 10, 2 + 3))
         await pilot.pause()
         assert heatmap.tooltip == "oregon-6:0 -> virginia-2:0: 67"
+
+
+def inferred_fabric() -> Fabric:
+    """Two hosts of three CPU slots; all but two device pairs between them inferred."""
+    devices = tuple(Device(f"h{h}", None, "lab", slot=k) for h in range(2) for k in range(3))
+    n = len(devices)
+    alpha, beta = np.full((n, n), 1.0), np.full((n, n), 0.5)
+    inferred = [[devices[i].host != devices[j].host for j in range(n)] for i in range(n)]
+    for i, j in ((0, 3), (1, 4)):
+        inferred[i][j] = inferred[j][i] = False
+    basis = [[("h0 -> h1: median of 2 sampled pairs" if inferred[i][j] else None) for j in range(n)]
+             for i in range(n)]
+    np.fill_diagonal(alpha, 0)
+    np.fill_diagonal(beta, 0)
+    return Fabric(alpha, beta, ("lab",) * n, devices, extras={"inferred": inferred, "inferred_basis": basis})
+
+
+def test_inferred_pairs_are_drawn_with_their_own_glyph_and_said_so():
+    from screens.heatmap import describe_pair
+    from screens.heatmap_view import INFERRED_OFFSET
+
+    f = inferred_fabric()
+    lay = build_layout(f, DTFM_WORKLOAD, "beta", f.devices, 200, 100)
+    assert lay.level == "device"
+    assert int((lay.colour >= INFERRED_OFFSET).sum()) == 2 * 9 - 4
+    assert lay.colour[0, 3] < INFERRED_OFFSET and lay.colour[0, 4] >= INFERRED_OFFSET
+    said = describe_pair(f, DTFM_WORKLOAD, 0, 4).plain
+    assert "inferred, not measured: h0 -> h1: median of 2 sampled pairs" in said
+    assert "inferred" not in describe_pair(f, DTFM_WORKLOAD, 0, 3).plain
+
+
+async def test_the_heatmap_draws_inferred_cells_with_the_shade_glyph():
+    from textual.app import App
+
+    from screens.heatmap_view import INFERRED_GLYPH, Heatmap
+
+    f = inferred_fabric()
+
+    class One(App):
+        def compose(self):
+            yield Heatmap()
+
+    app = One()
+    async with app.run_test(size=(16, 20)) as pilot:  # one character per column: cell 1
+        heatmap = app.query_one(Heatmap)
+        heatmap.set_data(f, DTFM_WORKLOAD, f.devices)
+        heatmap.cursor = (5, 0)  # the crosshair (row 5, column 0) away from the cells read below
+        await pilot.pause()
+        lines = ["".join(seg.text for seg in heatmap.render_line(y)) for y in range(2, 2 + heatmap.layout_.k)]
+    cell = heatmap.layout_.cell
+    assert cell == 1
+    # Rows 0 and 1 (h0:cpu0, h0:cpu1) share the first character line: columns of h1 are
+    # inferred in both rows except (0, 3) and (1, 4), which are measured.
+    row = lines[0][heatmap.label_width:]
+    glyphs = [row[c * cell] for c in range(6)]
+    assert glyphs[5] == INFERRED_GLYPH and glyphs[3] == "▀" and glyphs[4] == "▀"
+    assert glyphs[0] == "▀"
+    assert any(INFERRED_GLYPH in line for line in lines)
+
+
+async def test_the_fabric_title_and_legend_count_inferred_and_estimated_pairs_apart():
+    from support import demo_app
+
+    f = inferred_fabric()  # 15 pairs: 6 inside the hosts, 2 sampled, 7 inferred
+    est = [[False] * f.n for _ in range(f.n)]
+    est[0][1] = est[1][0] = True
+    f.extras["estimated"] = est
+    app = demo_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.session.set_fabric(f)
+        app.screen.show_session()
+        await pilot.pause()
+        title = str(app.screen.query_one("#fabric-title").render())
+        legend = str(app.screen.query_one("#legend").render())
+    assert "7/15 pairs measured, 7 inferred, 1 estimated" in title
+    assert "inferred" in legend and "estimated" in legend

@@ -141,6 +141,27 @@ async def test_torchrun_gloo_ranks_run_where_planned(emulated_fleet):
     assert _wait_gone(fleet, token) == []
 
 
+async def test_cpu_slots_run_several_gloo_processes_on_each_host(emulated_fleet):
+    fleet = emulated_fleet
+    inv, hosts = _inventory(fleet)
+    devices = [Device(h, slot=k) for h in ("h0", "h2") for k in range(2)]  # hostfile "h0 slots=2"
+    rank_map = [3, 0, 1, 2]  # h0's second slot runs rank 0
+    prog, token = _program(fleet, GLOO_PROGRAM)
+    plan = build_plan(rank_map, devices, hosts, [prog], mode="torchrun", port=29630)
+    assert plan.backend == "gloo" and plan.master_host == "h0"
+    lines = Lines()
+    async with SSHPool(known_hosts=fleet.known_hosts_path) as pool:
+        result = await run_plan(plan, await _sessions(pool, inv, {"h0", "h2"}), sink=lines)
+    assert result.ok, (result.to_json(), "\n".join(map(str, lines.items)))
+    reports = lines.reports()
+    assert sorted(reports) == [0, 1, 2, 3]
+    for p in plan.processes:
+        assert reports[p.rank]["host"] == p.host == devices[p.device].host
+        assert reports[p.rank]["world"] == "4" and reports[p.rank]["sum"] == "6"
+    assert sorted(p.local_index for p in plan.processes if p.host == "h0") == [0, 1]
+    assert _wait_gone(fleet, token) == []
+
+
 async def test_env_mode_plain_init_uses_the_resolved_interface(emulated_fleet):
     fleet = emulated_fleet
     inv, hosts = _inventory(fleet)

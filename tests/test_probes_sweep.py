@@ -55,6 +55,20 @@ def workers_left(fleet) -> dict[str, list[str]]:
     return out
 
 
+def device_children(fleet, name: str) -> list[int]:
+    """Pids of the per-device children of the host's probe worker process."""
+    workers = {pid for pid, cmd in fleet.processes(name) if "worker-" in cmd and not cmd.startswith("setsid")}
+    children = []
+    for pid in workers:
+        try:
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid in workers:
+            children.append(pid)
+    return children
+
+
 def wait_no_workers(fleet, seconds: float = 5.0) -> dict[str, list[str]]:
     deadline = time.monotonic() + seconds
     while True:
@@ -243,11 +257,12 @@ def test_a_killed_worker_is_restarted_and_its_pair_retried(emulated_fleet, tmp_p
     proc, out, events = start_probe(fleet, tmp_path)
     try:
         deadline = time.monotonic() + 120
-        while not any(e["event"] == "RoundStarted" and e["index"] == 1 for e in read_events(events)):
+        # Slots start as soon as their hosts are ready: wait for one of h1's own pairs.
+        while not any(e["event"] == "PairStarted" and "h1" in (e["src"], e["dst"]) for e in read_events(events)):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
-        victims = [pid for pid, cmd in fleet.processes("h1") if "worker-" in cmd and not cmd.startswith("setsid")]
-        assert len(victims) == 1
+        victims = device_children(fleet, "h1")
+        assert len(victims) == 1, fleet.processes("h1")  # h1 has one device: one child of its worker
         os.kill(victims[0], signal.SIGKILL)
         stdout, stderr = proc.communicate(timeout=180)
     finally:

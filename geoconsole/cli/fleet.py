@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import typer
 
-from geoconsole.cli.errors import UserError, cli_errors
+from geoconsole.cli.errors import UserError, cli_errors, flag
 from geoconsole.cli.exitcodes import ExitCode
 
 from geoconsole.cli.options import ACCEPT_NEW, INVENTORY_REQUIRED as INVENTORY, JSON_OUT, KNOWN_HOSTS, known_hosts_flag
@@ -96,7 +96,7 @@ def _print_inventory(hosts, results) -> None:
             table.add_row(host.name, "-", f"[red]{str(r).split(': ', 1)[-1]}[/red]", "", "", "", "", "", "")
             continue
         if r.cpu_host:
-            devices = "CPU (gloo)"
+            devices = "CPU (gloo)" if len(r.devices) == 1 else f"{len(r.devices)} CPU slots (gloo)"
         else:
             names = sorted({g.name for g in r.gpus})
             devices = f"{len(r.devices)}/{len(r.gpus)}x {', '.join(names)}"
@@ -117,7 +117,7 @@ def _print_inventory(hosts, results) -> None:
 
 def probe_command(
     inventory: Path = INVENTORY,
-    out: Path = typer.Option(..., "--out", "-o", help="Write the measured fabric JSON here."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the measured fabric JSON here (with --refresh: that fabric with the re-measured links)."),
     known_hosts: str = KNOWN_HOSTS,
     accept_new: bool = ACCEPT_NEW,
     ssh_config: Path = SSH_CONFIG,
@@ -129,26 +129,40 @@ def probe_command(
     host_timeout: float = typer.Option(90.0, "--host-timeout", min=1.0, help="Seconds allowed for one host's set-up (connect, discovery, worker start)."),
     sequential: bool = typer.Option(False, "--sequential", help="Probe one pair at a time instead of tournament rounds."),
     events: Optional[Path] = typer.Option(None, "--events", help="Also write every sweep event as a JSON line here."),
+    strategy: Optional[str] = typer.Option(None, "--strategy", help="all: every device pair; sampled: a few per host pair plus one concurrent test, the rest inferred (default when a host has several devices)."),
+    refresh: Optional[Path] = typer.Option(None, "--refresh", help="Re-measure a sample of this fabric's links (bottlenecks of --solution, else the slowest, plus --share at random) and report their drift."),
+    solution: Optional[Path] = typer.Option(None, "--solution", help="With --refresh: a solve --json document or a console session whose bottleneck links to re-measure."),
+    share: float = typer.Option(0.1, "--share", min=0.0, max=1.0, help="With --refresh: share of the other links re-measured at random."),
+    drift_threshold: float = typer.Option(0.2, "--drift", min=0.0, help="With --refresh: relative beta change that counts as drift."),
+    seed: int = typer.Option(0, "--seed", help="With --refresh: seed of the random share."),
     region: Optional[str] = REGION,
     zone: Optional[str] = ZONE,
     network_group: Optional[str] = GROUP,
     connect_timeout: float = CONNECT_TIMEOUT,
 ) -> None:
-    """Measure latency and bandwidth between every device pair; write a fabric JSON."""
+    """Measure latency and bandwidth between device pairs; write a fabric JSON (or --refresh one)."""
     import asyncio
 
-    from probes.sweep import ProbeSettings
+    from probes.sweep import STRATEGIES, ProbeSettings
 
     inv = _load_inventory(inventory, ssh_config)
+    if strategy is not None and strategy not in STRATEGIES:
+        raise UserError(f"--strategy: expected one of {', '.join(STRATEGIES)}, got {strategy!r}")
     settings = ProbeSettings(
         sizes_bytes=_sizes(sizes_mb), reps=reps, warmup=warmup, max_transfer_s=max_transfer_s,
         pair_timeout_s=pair_timeout, host_timeout_s=host_timeout, sequential=sequential,
-        command=" ".join(["geoconsole", *sys.argv[1:]]) if sys.argv else None,
+        command=" ".join(["geoconsole", *sys.argv[1:]]) if sys.argv else None, strategy=strategy,
     )
-    if not out.parent.exists():
+    if out is None and refresh is None:
+        raise UserError("--out: give the file to write the fabric to")
+    if out is not None and not out.parent.exists():
         raise UserError(f"--out: folder {out.parent} does not exist")
     pool = _pool(known_hosts, accept_new, connect_timeout)
     labels = _labels(region, zone, network_group)
+    if refresh is not None:
+        _refresh(inv.hosts, pool, settings, labels, refresh, solution, out, events,
+                 share=share, threshold=drift_threshold, seed=seed)
+        return
     events_file = _open_events(events, [("--inventory", inventory), ("--out", out)]) if events else None
     try:
         fabric, done, interrupted, lost = asyncio.run(_probe(inv.hosts, pool, settings, labels, out, events_file))
@@ -181,6 +195,82 @@ def _open_events(path: Path, inputs):
         raise UserError(f"--events: {getattr(exc, 'strerror', None) or exc}") from None
 
 
+def _refresh(hosts, pool, settings, labels, path: Path, solution: Optional[Path], out: Optional[Path],
+             events: Optional[Path], *, share: float, threshold: float, seed: int) -> None:
+    """``probe --refresh``: re-measure a sample of links, print each one's drift; exit 1 on drift."""
+    import asyncio
+
+    from probes.refresh import RefreshError, choose_links, drift, merged
+    from solver.fabric import FabricError, load_fabric
+
+    try:
+        fabric = load_fabric(path)
+    except FabricError as exc:
+        raise UserError(f"--refresh: {exc}") from None
+    if fabric.devices is None:
+        raise UserError(f"--refresh: {path}: has no device records (host per row) to re-measure")
+    try:
+        links = choose_links(fabric, _solution_bottlenecks(fabric, solution), share=share, seed=seed)
+    except RefreshError as exc:
+        raise UserError(f"--solution: {exc}") from None
+    names = {h.name for h in hosts}
+    lost = sorted({fabric.devices[k].host for link in links for k in (link.i, link.j)} - names)
+    if lost:
+        raise UserError(f"--refresh: {path}: host {lost[0]} is not in the inventory")
+    wanted = {fabric.devices[k].host for link in links for k in (link.i, link.j)}
+    events_file = _open_events(events, [("--refresh", path), ("--out", out), ("--solution", solution)]) \
+        if events else None
+    try:
+        new, done, interrupted, _lost = asyncio.run(_probe([h for h in hosts if h.name in wanted], pool, settings, labels,
+                                                    None, events_file, only=[(x.src, x.dst) for x in links]))
+    finally:
+        if events_file:
+            events_file.close()
+    _report_accepted(pool)
+    drifts = drift(fabric, new, links, threshold=threshold)
+    moved = [d for d in drifts if d.drifted]
+    print(f"re-measured {sum(d.change == d.change for d in drifts)} of {len(links)} links of {path}"
+          f" ({sum(x.why == 'bottleneck' for x in links)} bottleneck, {sum(x.why == 'slowest' for x in links)} "
+          f"slowest, {sum(x.why == 'random' for x in links)} random); drift beyond {threshold:.0%}: {len(moved)}")
+    for d in drifts:
+        print(("  DRIFT " if d.drifted else "  ok    ") + d.words())
+    if interrupted:
+        raise UserError("interrupted; drift shown for what was re-measured, nothing written",
+                        ExitCode.INTERRUPTED)
+    if out is not None:
+        merged(fabric, new, drifts).save(out, inputs=[("--solution", solution)])
+        print(f"wrote {out}")
+    if any(d.change != d.change for d in drifts):
+        raise UserError("some links could not be re-measured (see above)", ExitCode.REMOTE)
+    if moved:
+        bottleneck = [d for d in moved if d.link.why == "bottleneck"]
+        what = f"{len(moved)} links drifted" + (f", {len(bottleneck)} of them bottlenecks of the solution: "
+                                                  "solve again" if bottleneck else "")
+        raise UserError(what, ExitCode.FAILED)
+
+
+def _solution_bottlenecks(fabric, solution: Optional[Path]):
+    """Bottleneck links of a solve --json document or of a session's current solution."""
+    if solution is None:
+        return None
+    from probes.refresh import bottlenecks_for_rank_map, bottlenecks_from_solve_json
+    from solver.files import load_json
+
+    with flag("--solution"):
+        doc = load_json(solution, "solve --json document or session")
+    if isinstance(doc, dict) and "solutions" in doc and "score" not in doc:
+        from geoconsole.session import SessionError, session_from_json
+
+        try:
+            current = session_from_json(doc, str(solution)).current
+        except SessionError as exc:
+            raise UserError(f"--solution: {exc}") from None
+        if current is None:
+            raise UserError(f"--solution: {solution}: the session has no solution yet")
+        return bottlenecks_for_rank_map(fabric, current.rank_map, current.workload)
+    return bottlenecks_from_solve_json(fabric, doc, str(solution))
+
+
 def _sizes(text: str) -> tuple[int, ...]:
     try:
         values = [float(x) for x in text.split(",") if x.strip()]
@@ -191,21 +281,21 @@ def _sizes(text: str) -> tuple[int, ...]:
     return tuple(sorted({int(v * (1 << 20)) for v in values}))
 
 
-async def _probe(hosts, pool, settings, labels, out: Path, events_file):
+async def _probe(hosts, pool, settings, labels, out: Optional[Path], events_file, only=None):
     import asyncio
 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from probes.sweep import (Discovered, HostLost, PairFailed, PairMeasured, RoundStarted, Sweep,
-                              SweepDone)
+    from probes.sweep import (Discovered, GroupMeasured, HostLost, PairFailed, PairMeasured, RoundStarted,
+                              Sweep, SweepDone)
 
     console = Console(stderr=True)
     interrupted = False
     done = None
     lost: list[str] = []
     async with pool:
-        sweep = Sweep(hosts, pool=pool, settings=settings, labels=labels)
+        sweep = Sweep(hosts, pool=pool, settings=settings, labels=labels, only=only)
         progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), console=console, transient=False)
         task = progress.add_task("connecting", total=None)
@@ -216,7 +306,7 @@ async def _probe(hosts, pool, settings, labels, out: Path, events_file):
                         events_file.write(json.dumps(_event_json(ev)) + "\n")
                         events_file.flush()
                     if isinstance(ev, Discovered):
-                        progress.update(task, total=2 * ev.pairs, description=f"{len(ev.devices)} devices")
+                        progress.update(task, total=2 * ev.pairs, description=f"{len(ev.devices)} devices, {ev.strategy}")
                     elif isinstance(ev, RoundStarted):
                         progress.update(task, description=f"round {ev.index + 1}/{ev.total}")
                     elif isinstance(ev, PairMeasured):
@@ -224,6 +314,8 @@ async def _probe(hosts, pool, settings, labels, out: Path, events_file):
                     elif isinstance(ev, PairFailed):
                         progress.advance(task, 2)
                         progress.console.print(f"pair {ev.src} - {ev.dst} failed: {ev.reason}", soft_wrap=True)
+                    elif isinstance(ev, GroupMeasured):
+                        progress.console.print(_group_words(ev))
                     elif isinstance(ev, HostLost):
                         progress.console.print(f"host {ev.host} lost: {ev.reason}", soft_wrap=True)
                         lost.append(f"{ev.host}: {' '.join(str(ev.reason).split())}")
@@ -233,8 +325,18 @@ async def _probe(hosts, pool, settings, labels, out: Path, events_file):
                 interrupted = True
                 await sweep.cancel()
     fabric = sweep.fabric
-    fabric.save(out)
+    if out is not None:
+        fabric.save(out)
     return fabric, done, interrupted, lost
+
+
+def _group_words(ev) -> str:
+    a, b = ev.hosts
+    if ev.error:
+        return f"concurrent test {a} - {b} failed: {ev.error}"
+    share = "one shared link" if ev.shared else "not one shared link"
+    return (f"concurrent test {a} - {b}: {ev.flows} device pairs at once {ev.gbps[0]:.3g}/{ev.gbps[1]:.3g} Gbps "
+            f"in all, one pair {ev.single_gbps[0]:.3g}/{ev.single_gbps[1]:.3g}: {share}")
 
 
 def _event_json(ev: Any) -> dict[str, Any]:
@@ -245,13 +347,25 @@ def _event_json(ev: Any) -> dict[str, Any]:
     name = type(ev).__name__
     if isinstance(ev, SweepDone):
         return {"event": name, "elapsed_s": ev.elapsed_s, "measured": ev.measured,
-                "failed": ev.failed, "cancelled": ev.cancelled}
+                "failed": ev.failed, "cancelled": ev.cancelled, "inferred": ev.inferred}
     if isinstance(ev, Discovered):
         return {"event": name, "devices": [d.to_json() for d in ev.devices],
-                "hosts": [h.name for h in ev.hosts], "rounds": ev.rounds, "pairs": ev.pairs}
+                "hosts": [h.name for h in ev.hosts], "rounds": ev.rounds, "pairs": ev.pairs,
+                "strategy": ev.strategy, "groups": ev.groups}
     doc = {"event": name}
     doc.update({f.name: getattr(ev, f.name) for f in fields(ev)})
-    return json.loads(json.dumps(doc, default=str))
+    return _finite(json.loads(json.dumps(doc, default=str)))
+
+
+def _finite(value: Any) -> Any:
+    """JSON without NaN/inf (not JSON): null in their place."""
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
 
 
 def _summary(fabric, done, out: Path) -> None:
@@ -260,12 +374,16 @@ def _summary(fabric, done, out: Path) -> None:
     from probes.result import poor_fits, unmeasured_pairs
 
     n = fabric.n
+    inferred = fabric.extras.get("inferred") or [[False] * n for _ in range(n)]
     measured = [(i, j) for i in range(n) for j in range(n)
-                if i != j and math.isfinite(fabric.beta_gbps[i, j])]
+                if i != j and math.isfinite(fabric.beta_gbps[i, j]) and not inferred[i][j]]
     elapsed = f" in {done.elapsed_s:.1f} s" if done else ""
-    rounds = fabric.meta.get("probe", {}).get("rounds")
-    print(f"measured {len(measured)} of {n * (n - 1)} directional pairs on {n} devices{elapsed}"
-          f" ({rounds} rounds); wrote {out}")
+    probe = fabric.meta.get("probe", {})
+    guessed = sum(bool(x) for row in inferred for x in row)
+    also = f", {guessed} inferred (not measured)" if guessed else ""
+    print(f"measured {len(measured)} of {n * (n - 1)} directional pairs{also} on {n} devices{elapsed}"
+          f" ({probe.get('rounds')} rounds, strategy {probe.get('strategy', 'all')})"
+          + (f"; wrote {out}" if out is not None else ""))
     slowest = sorted(measured, key=lambda p: fabric.beta_gbps[p])[:5]
     if slowest:
         print("slowest links:")
@@ -277,8 +395,8 @@ def _summary(fabric, done, out: Path) -> None:
     poor = poor_fits(fabric)
     if poor:
         print("poor fits (kept, flagged):")
-        for src, dst, r2v, flag in poor:
-            print(f"  {src} -> {dst}: {flag}")
+        for src, dst, r2v, why in poor:
+            print(f"  {src} -> {dst}: {why}")
     missing = unmeasured_pairs(fabric)
     if missing:
         print("unmeasured:")

@@ -73,7 +73,7 @@ def _cell(labels, d, field: str) -> str:
 def show_command(matrix: Path = MATRIX, as_json: bool = JSON_OUT) -> None:
     """List every device's region, zone and network group with where each came from."""
     from geoconsole.labels import FIELDS, LabelSet
-    from solver.estimate import estimated_pair_count
+    from solver.estimate import estimated_pair_count, inferred_pair_count
     from solver.locality import group_locality
 
     fabric = load_fabric(matrix)
@@ -82,6 +82,7 @@ def show_command(matrix: Path = MATRIX, as_json: bool = JSON_OUT) -> None:
     whole = group_locality(devices, range(fabric.n))
     missing = len(fabric.missing_pairs())
     estimated = _estimated_count(fabric, estimated_pair_count)
+    inferred = _estimated_count(fabric, inferred_pair_count)
     if as_json:
         doc = {
             "fabric": str(matrix),
@@ -93,6 +94,7 @@ def show_command(matrix: Path = MATRIX, as_json: bool = JSON_OUT) -> None:
             "locality": whole.to_json(),
             "missing_pairs": missing,
             "estimated_pairs": estimated,
+            "inferred_pairs": inferred,
         }
         typer.echo(json.dumps(doc, indent=1))
         return
@@ -101,7 +103,8 @@ def show_command(matrix: Path = MATRIX, as_json: bool = JSON_OUT) -> None:
     typer.echo(_table(["row", "device", "region", "zone", "network group"], rows))
     hosts = len({d.host for d in devices})
     typer.echo(f"{fabric.n} devices on {hosts} hosts: {whole.words}; "
-               f"{missing} unmeasured pairs, {estimated} estimated pairs")
+               f"{missing} unmeasured pairs, {estimated} estimated pairs"
+               + (f", {inferred} inferred pairs" if inferred else ""))
 
 
 def _json_label(labels, d, field):
