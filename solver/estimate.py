@@ -130,35 +130,31 @@ def defaults_from_flags(flags: list[str], learn: bool = True) -> EstimateDefault
     return EstimateDefaults(levels, links, learn)
 
 
-def estimated_mask(fabric: Fabric) -> np.ndarray:
-    """``(n, n)`` bools: True where an entry was filled by an estimate, not measured."""
-    raw = fabric.extras.get("estimated")
+def pair_mask(fabric: Fabric, key: str) -> np.ndarray:
+    """``(n, n)`` bools from the fabric's per-pair extra ``key`` (all False when absent);
+    ValueError naming the field when it is not an n x n table of booleans."""
+    raw = fabric.extras.get(key)
     n = fabric.n
     if raw is None:
         return np.zeros((n, n), dtype=bool)
     try:
         mask = np.array([[bool(x) for x in row] for row in raw], dtype=bool)
     except TypeError:
-        raise ValueError(f"{fabric.source}: estimated: expected {n} x {n} booleans") from None
+        raise ValueError(f"{fabric.source}: {key}: expected {n} x {n} booleans") from None
     if mask.shape != (n, n):
-        raise ValueError(f"{fabric.source}: estimated: expected {n} x {n} booleans, got shape {mask.shape}")
+        raise ValueError(f"{fabric.source}: {key}: expected {n} x {n} booleans, got shape {mask.shape}")
     return mask
+
+
+def estimated_mask(fabric: Fabric) -> np.ndarray:
+    """``(n, n)`` bools: True where an entry was filled by an estimate, not measured."""
+    return pair_mask(fabric, "estimated")
 
 
 def inferred_mask(fabric: Fabric) -> np.ndarray:
     """``(n, n)`` bools: True where a sampled sweep inferred an entry from other measured
     pairs of the same two hosts (the fabric's ``inferred`` extra), not measured."""
-    raw = fabric.extras.get("inferred")
-    n = fabric.n
-    if raw is None:
-        return np.zeros((n, n), dtype=bool)
-    try:
-        mask = np.array([[bool(x) for x in row] for row in raw], dtype=bool)
-    except TypeError:
-        raise ValueError(f"{fabric.source}: inferred: expected {n} x {n} booleans") from None
-    if mask.shape != (n, n):
-        raise ValueError(f"{fabric.source}: inferred: expected {n} x {n} booleans, got shape {mask.shape}")
-    return mask
+    return pair_mask(fabric, "inferred")
 
 
 def inferred_pair_count(fabric: Fabric) -> int:

@@ -102,6 +102,7 @@ def test_lower_bound_never_exceeds_found_solutions():
         assert lower_bound(model).value <= solve(model, seed=0, workers=1, restarts=1).fun + 1e-12
 
 
+@pytest.mark.slow
 def test_heuristic_alone_on_small_clustered_instances(monkeypatch):
     """Without enumeration the search still finds most optima and stays close on the rest.
 
