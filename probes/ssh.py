@@ -329,6 +329,13 @@ class SSHPool:
             except ConnectionRefusedError:
                 raise ConnectError(host.name, f"connection refused at {where} (no SSH server listening)",
                                    "refused") from None
+            except ConnectionResetError:
+                # a server that drops the handshake may do so with a reset: a changed key type
+                # (asyncssh offers only the recorded types) looks like this too
+                changed = await self._changed_key_error(host)
+                if changed is not None:
+                    raise changed from None
+                raise ConnectError(host.name, f"cannot connect to {where}: connection reset by the server") from None
             except OSError as exc:
                 if exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EADDRNOTAVAIL):
                     raise ConnectError(host.name, f"{where} is unreachable: {exc.strerror}", "unreachable") from None
