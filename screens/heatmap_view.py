@@ -562,6 +562,10 @@ class Heatmap(Widget, can_focus=True):
                 # Both halves inferred: the shade glyph, normal colour under the darker one.
                 under = b - INFERRED_OFFSET if _inferred(b) else b
                 segments.append(Segment(INFERRED_GLYPH * ((e - s) * lay.cell), self._style(t, under)))
+            elif t == -1 and b in (-1, -3):  # both halves unmeasured: the glyph says so
+                segments.append(Segment(UNMEASURED_GLYPH * ((e - s) * lay.cell), self._style(-1, -2)))
+            elif _estimated(t) and (_estimated(b) or b == -3):  # both halves estimated
+                segments.append(Segment(ESTIMATED_GLYPH * ((e - s) * lay.cell), self._style(-2, t)))
             else:
                 segments.append(Segment("▀" * ((e - s) * lay.cell), self._style(t, b)))
         return Strip(segments)
@@ -620,6 +624,11 @@ class Heatmap(Widget, can_focus=True):
             x = (self.cursor[1] - cols.start) * lay.cell
             line[x: x + lay.cell] = "▼" * lay.cell if lay.cell <= 2 else list(("▼" * lay.cell))
         return [Segment(" " * gutter), Segment("".join(line), Style(bold=y == 0))]
+
+
+def _estimated(index: int) -> bool:
+    """A colour index of an estimated pair (not the cursor's crosshair of one)."""
+    return ESTIMATED_OFFSET <= index < INFERRED_OFFSET
 
 
 def _inferred(index: int) -> bool:

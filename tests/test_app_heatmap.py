@@ -241,3 +241,36 @@ async def test_the_fabric_title_and_legend_count_inferred_and_estimated_pairs_ap
         legend = str(app.screen.query_one("#legend").render())
     assert "7/15 pairs measured, 7 inferred, 1 estimated" in title
     assert "inferred" in legend and "estimated" in legend
+
+
+async def test_unmeasured_and_estimated_pairs_have_a_glyph_even_at_half_line_cells():
+    """Not colour alone: where both halves of a character are unmeasured the cell reads ╳,
+    where both are estimated ░ (the first two rows share one character line)."""
+    from textual.app import App
+
+    from screens.heatmap_view import ESTIMATED_GLYPH, UNMEASURED_GLYPH, Heatmap
+
+    n = 6
+    devices = tuple(Device(f"h{i}", 0, "lab") for i in range(n))
+    alpha, beta = np.full((n, n), 1.0), np.full((n, n), 2.0)
+    for i in (0, 1):
+        for j in (4,):
+            alpha[i, j] = alpha[j, i] = beta[i, j] = beta[j, i] = np.nan
+    np.fill_diagonal(alpha, 0)
+    np.fill_diagonal(beta, 0)
+    estimated = [[i in (0, 1) and j == 5 for j in range(n)] for i in range(n)]
+    f = Fabric(alpha, beta, ("lab",) * n, devices, extras={"estimated": estimated})
+
+    class One(App):
+        def compose(self):
+            yield Heatmap()
+
+    app = One()
+    async with app.run_test(size=(16, 20)) as pilot:
+        heatmap = app.query_one(Heatmap)
+        heatmap.set_data(f, DTFM_WORKLOAD, f.devices)
+        heatmap.cursor = (5, 0)  # the crosshair away from rows 0-1 and columns 4-5
+        await pilot.pause()
+        assert heatmap.layout_.cell == 1 and heatmap.layout_.cell_h == 1
+        row = "".join(seg.text for seg in heatmap.render_line(2))[heatmap.label_width:]
+    assert row[4] == UNMEASURED_GLYPH and row[5] == ESTIMATED_GLYPH and row[3] == "▀"
