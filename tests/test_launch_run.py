@@ -43,9 +43,17 @@ def _supervise(cmd: str, grace: float = 1.0) -> subprocess.Popen:
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def _finish(proc: subprocess.Popen, timeout: float = 20) -> tuple[str, str]:
+    """Wait for the supervisor with its stdin still open (closing it means abort)."""
+    proc.wait(timeout=timeout)
+    out, err = proc.stdout.read(), proc.stderr.read()
+    proc.stdin.close()
+    return out, err
+
+
 def test_supervisor_passes_the_exit_status_through():
     proc = _supervise("echo out; exit 5")
-    out, err = proc.communicate(timeout=20)
+    out, err = _finish(proc)
     assert proc.returncode == 5 and out == "out\n"
     assert err.startswith("@@geoconsole-supervisor pid=")
 
@@ -67,7 +75,7 @@ def test_closing_stdin_kills_the_whole_tree_even_what_ignores_sigterm():
 def test_stragglers_die_when_the_rank_command_ends():
     token = uuid.uuid4().hex[:10]
     proc = _supervise(f"sh -c 'sleep 300; : {token}' & echo started", grace=0.5)
-    out, _ = proc.communicate(timeout=20)
+    out, _ = _finish(proc)
     assert proc.returncode == 0 and "started" in out
     assert _wait_gone(token) == []
 
