@@ -9,7 +9,15 @@ from __future__ import annotations
 
 
 class GeoconsoleError(ValueError):
-    """Base of the core's expected failures (a ValueError, as scipy's bad-input errors)."""
+    """Base of the core's expected failures (a ValueError, as scipy's bad-input errors).
+
+    ``field`` names the option at fault (``"estimate"``, ``"mode"``, ...) when one is, so
+    that the command line can name the flag it came from without reading the message.
+    """
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class InputError(GeoconsoleError):

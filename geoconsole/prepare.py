@@ -97,7 +97,7 @@ def workload_for(n_devices: int, source: str, pp: int | None, dp: int | None, c_
         dp = n // pp if pp and n % pp == 0 else 0
     if pp < 1 or dp < 1 or pp * dp != n:
         raise InputError(f"{source}: {n_devices} devices cannot hold D_PP {pp or '?'} x D_DP {dp or '?'}; "
-                         f"choose D_PP x D_DP <= {n_devices}")
+                         f"choose D_PP x D_DP <= {n_devices}", "shape")
     try:
         return Workload(pp, dp, c_pp, c_dp, pp_messages, dp_messages)
     except ValueError as exc:
@@ -110,7 +110,7 @@ def parse_regions(text: str | None) -> list[str] | None:
         return None
     parts = [p.strip() for p in text.split(",")]
     if not all(parts):
-        raise InputError(f"empty name in {text!r}; expected names separated by commas")
+        raise InputError(f"empty name in {text!r}; expected names separated by commas", "regions")
     return parts
 
 
@@ -147,7 +147,8 @@ def excluded_rows(fabric: Fabric, names: Sequence[str]) -> list[int]:
         found = [i for i in range(fabric.n)
                  if fabric.device_name(i) == name or (fabric.devices is not None and fabric.devices[i].host == name)]
         if not found:
-            raise UnknownDeviceError(f"{name!r} matches no device of {fabric.source} (expected HOST or HOST:GPU)")
+            raise UnknownDeviceError(f"{name!r} matches no device of {fabric.source} (expected HOST or HOST:GPU)",
+                                     "exclude")
         rows += [i for i in found if i not in rows]
     return sorted(rows)
 
@@ -160,7 +161,7 @@ def select(fabric: Fabric, size: int, policy: str | None = None, regions: Sequen
     from solver.selection import POLICIES, SelectionError, select_devices, torch_versions_of
 
     if policy is not None and policy not in POLICIES:
-        raise InputError(f"group locality: expected one of {', '.join(POLICIES)}, got {policy!r}")
+        raise InputError(f"group locality: expected one of {', '.join(POLICIES)}, got {policy!r}", "group_locality")
     rows = excluded_rows(fabric, exclude)
     try:
         return select_devices(fabric, size, policy or "prefer", regions, torch_versions_of(fabric),
@@ -176,7 +177,7 @@ def fill(fabric: Fabric, estimates: Sequence[str] = (), learn: bool = True) -> t
     try:
         defaults = defaults_from_flags(list(estimates), learn)
     except ValueError as exc:
-        raise InputError(f"estimate: {exc}") from None
+        raise InputError(f"estimate: {exc}", "estimate") from None
     try:
         return fill_missing(fabric, defaults)
     except ValueError as exc:
@@ -212,7 +213,7 @@ def prepare_for_solve(
         fabric = selected_fabric(fabric, selection)
     message = unmeasured_message(fabric)
     if message is not None:
-        raise UnmeasuredPairsError(message)
+        raise UnmeasuredPairsError(message, "fill_missing")
     try:
         count, inferred = estimated_pair_count(fabric), inferred_pair_count(fabric)
     except ValueError as exc:

@@ -48,6 +48,29 @@ def exit_code_for(exc: BaseException) -> ExitCode:
     return ExitCode.USAGE
 
 
+#: Core error ``field`` -> the flag it came from. A flag in parentheses is a hint put after
+#: the message; any other replaces the field's name that starts the message, or leads it.
+FLAGS = {
+    "estimate": "--estimate", "group_locality": "--group-locality", "regions": "--regions",
+    "exclude": "--exclude", "mode": "--mode", "backend": "--backend", "port": "--port", "env": "--env",
+    "interface": "--interface", "shape": "(--pp, --dp)", "fill_missing": "(--fill-missing)",
+}
+
+
+def with_flag(exc: BaseException) -> str:
+    """The message of ``exc`` with the flag its ``field`` came from (see FLAGS)."""
+    text, field = str(exc), getattr(exc, "field", None)
+    flag_name = FLAGS.get(field)
+    if flag_name is None:
+        return text
+    if flag_name.startswith("("):
+        return f"{text} {flag_name}"
+    for word in (field.replace("_", " "), field):
+        if text.startswith(word):
+            return flag_name + text[len(word):]
+    return f"{flag_name}: {text}"
+
+
 def fail(message: str, code: ExitCode = ExitCode.USAGE) -> "typer.Exit":
     """Print ``error: message`` on stderr (one line) and return the Exit to raise."""
     one_line = " ".join(str(message).split())
@@ -75,7 +98,7 @@ def cli_errors(func):
         try:
             return func(*args, **kwargs)
         except (UserError, *_domain_errors()) as exc:
-            raise fail(str(exc), exit_code_for(exc)) from None
+            raise fail(with_flag(exc), exit_code_for(exc)) from None
         except KeyboardInterrupt:
             raise fail("interrupted", ExitCode.INTERRUPTED) from None
 

@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 
 from geoconsole.cli.advice import EXCLUDE
-from geoconsole.cli.errors import UserError, cli_errors, flag
+from geoconsole.cli.errors import UserError, cli_errors
 from geoconsole.cli.options import JSON_OUT, MATRIX, load_fabric
 from solver.fabric import Fabric
 
@@ -253,12 +253,7 @@ def fill_command(
     from solver.estimate import estimated_pair_count
 
     with _edit(matrix, out) as (fabric, save):
-        try:
-            filled, count = fill_pairs(fabric, estimate, learn)
-        except ValueError as exc:
-            if str(exc).startswith("estimate: "):
-                raise UserError(f"--{exc}") from None
-            raise
+        filled, count = fill_pairs(fabric, estimate, learn)  # a bad --estimate names its flag
         save(filled)
     total = estimated_pair_count(filled)
     if as_json:
@@ -283,16 +278,13 @@ def select_command(
 ) -> None:
     """Choose which D_PP x D_DP devices take part (ADR-0021 group_locality) and say why
     the others are left out."""
-    from geoconsole.prepare import excluded_rows, parse_regions, select as select_rows, selected_fabric
+    from geoconsole.prepare import parse_regions, select as select_rows, selected_fabric
     from solver.selection import POLICIES
 
     if group_locality not in POLICIES:
         raise UserError(f"--group-locality: expected one of {', '.join(POLICIES)}, got {group_locality!r}")
-    with flag("--regions"):
-        wanted = parse_regions(regions)
+    wanted = parse_regions(regions)
     fabric = load_fabric(matrix)
-    with flag("--exclude"):
-        excluded_rows(fabric, exclude or ())
     chosen = select_rows(fabric, pp * dp, group_locality, wanted, exclude or ())
     if out is not None:
         selected_fabric(fabric, chosen).save(out, inputs=[("--matrix", matrix)])

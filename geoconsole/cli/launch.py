@@ -89,8 +89,6 @@ def _plan(fabric, ranks, hosts, command, *, mode, backend, port, workdir, env, i
     except LaunchError as exc:
         if exc.field == "command":
             raise UserError("command: give the training command after '--', e.g. -- train.py --steps 10") from None
-        if exc.field is not None and str(exc).startswith(exc.field):
-            raise UserError(f"--{exc}") from None
         raise
 
 
@@ -369,7 +367,8 @@ def validate_command(
     """Measure the proxy step for several placements; compare with the model's ranking."""
     import asyncio
 
-    from geoconsole.cli.solve import prepare_flags, workload_flags
+    from geoconsole.cli.solve import prepare_flags
+    from geoconsole.prepare import workload_for
     from geoconsole.launch.validate import format_report
 
     if not (scale > 0):
@@ -378,7 +377,7 @@ def validate_command(
     solution = None
     if rank_map:
         fabric, solution = _solution(rank_map, fabric)
-    workload = workload_flags(fabric, pp, dp, c_pp, c_dp, pp_messages, dp_messages)
+    workload = workload_for(fabric.n, str(fabric.source), pp, dp, c_pp, c_dp, pp_messages, dp_messages)
     # the same preparation as solve: select D_PP x D_DP devices, seed orders
     prepared = prepare_flags(fabric, workload, group_locality=group_locality, regions=regions,
                              fill=False, estimates=None, learn=True)

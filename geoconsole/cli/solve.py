@@ -16,48 +16,25 @@ from typing import Optional
 import typer
 
 from geoconsole.cli.advice import COMPARE_SEEDS, EXCLUDE, NO_ADVICE, STEP_COMPUTE
-from geoconsole.cli.errors import UserError, cli_errors, flag
+from geoconsole.cli.errors import UserError, cli_errors
 from geoconsole.cli.exitcodes import ExitCode
 
 from geoconsole.cli.options import (C_DP, C_PP, DP, DP_MSG, ESTIMATE, FILL_MISSING, GROUP_LOCALITY,
                                     JSON_OUT, LEARN, MATRIX, PP, PP_MSG, RANK_MAP, RECORD, REGIONS,
                                     load_fabric)
+from geoconsole.prepare import workload_for
 from geoconsole.solving import MAX_BASELINE_SAMPLES
 
 
-def workload_flags(fabric, pp, dp, c_pp, c_dp, pp_messages, dp_messages):
-    """The workload from the flags (solve, score, validate): one reader for all three."""
-    from geoconsole.prepare import workload_for
-
-    try:
-        return workload_for(fabric.n, str(fabric.source), pp, dp, c_pp, c_dp, pp_messages, dp_messages)
-    except ValueError as exc:
-        raise UserError(f"{exc} (--pp, --dp)" if "D_PP" in str(exc) else str(exc)) from None
-
-
 def prepare_flags(fabric, workload, *, group_locality, regions, fill, estimates, learn, exclude=None):
-    """``prepare_for_solve`` with the flags that asked for each step named in errors."""
-    from geoconsole.cli.errors import exit_code_for
-    from geoconsole.prepare import UnknownDeviceError, UnmeasuredPairsError, parse_regions, prepare_for_solve
+    """``prepare_for_solve`` from the flags (solve, validate); errors carry their flag."""
+    from geoconsole.prepare import parse_regions, prepare_for_solve
 
     if estimates and not fill:
         raise UserError("--estimate: applies only with --fill-missing")
-    with flag("--regions"):
-        wanted = parse_regions(regions)
-    try:
-        return prepare_for_solve(fabric, workload.n_devices, fill_missing=fill, estimates=estimates or (),
-                                 learn=learn, group_locality=group_locality, regions=wanted,
-                                 exclude=exclude or ())
-    except UnmeasuredPairsError as exc:
-        raise UserError(f"{exc} (--fill-missing)") from None
-    except UnknownDeviceError as exc:
-        raise UserError(f"--exclude: {exc}") from None
-    except ValueError as exc:
-        where = "--estimate: " if str(exc).startswith("estimate:") else ""
-        if str(exc).startswith("group locality:"):
-            where = "--group-locality: "
-        text = str(exc).split(": ", 1)[1] if where else str(exc)
-        raise UserError(where + text, exit_code_for(exc)) from None
+    return prepare_for_solve(fabric, workload.n_devices, fill_missing=fill, estimates=estimates or (),
+                             learn=learn, group_locality=group_locality, regions=parse_regions(regions),
+                             exclude=exclude or ())
 
 
 @contextmanager
@@ -155,7 +132,7 @@ def solve_command(
     from geoconsole.solving import SolveOptions, cost_model
 
     fabric = load_fabric(matrix)
-    workload = workload_flags(fabric, pp, dp, c_pp, c_dp, pp_messages, dp_messages)
+    workload = workload_for(fabric.n, str(fabric.source), pp, dp, c_pp, c_dp, pp_messages, dp_messages)
     prepared = prepare_flags(fabric, workload, group_locality=group_locality, regions=regions,
                              fill=fill_missing, estimates=estimate, learn=learn, exclude=exclude)
     model = cost_model(prepared.fabric, workload)
@@ -257,7 +234,7 @@ def score_command(
 
     fabric = load_fabric(matrix)
     fabric, ranks = solution_for(rank_map, fabric)
-    workload = workload_flags(fabric, pp, dp, c_pp, c_dp, pp_messages, dp_messages)
+    workload = workload_for(fabric.n, str(fabric.source), pp, dp, c_pp, c_dp, pp_messages, dp_messages)
     model = cost_model(fabric, workload)
     try:
         grid_from_rank_map(ranks, workload.d_pp, workload.d_dp)

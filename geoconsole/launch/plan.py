@@ -55,10 +55,6 @@ class LaunchError(InputError):
     command), so the command line can name the flag it came from.
     """
 
-    def __init__(self, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
-
 
 @dataclass(frozen=True)
 class LaunchHost:
