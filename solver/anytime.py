@@ -63,11 +63,15 @@ from solver.descent import Effort, descend
 TAU_START = 0.02
 TAU_END = 0.001
 #: Swaps scored per walk when no budget is given, in units of N^2 (one full sweep).
-WALK_SWEEPS = 20
+WALK_SWEEPS = 60
 #: The same with a time limit: longer walks, so hot-started ones can anneal far.
 WALK_SWEEPS_TIMED = 200
 #: Share of a hot-started walk's budget spent annealing before the ILS takes over.
 ANNEAL_SHARE = 0.8
+#: Fewest ladder steps in one tempering walk (small instances have small budgets).
+MIN_TEMPER_STEPS = 2000
+#: Local-search sweeps (N^2 scored swaps each) of the descent that ends a tempering walk.
+DESCENT_SWEEPS = 2
 
 
 @dataclass(eq=False)
@@ -155,3 +159,48 @@ def walk(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort: 
             trace.append((clock(), best))
             on_best(best)
     return Walk(best_grid, best, strategy, effort.nfev - start_nfev, effort.nit - start_nit, k, trace)
+
+
+def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort: Effort,
+           memory: dict, *, seed, clock: Callable[[], float], cancel: Callable[[], bool],
+           on_best: Callable[[float], None] = lambda f: None, strategy_prefix: str = "") -> Walk:
+    """One walk of parallel tempering (solver.tempering) that goes on where the last ended.
+
+    ``memory`` keeps the worker's ladder between walks (its chains and random stream,
+    seeded by ``seed``); an elite ``grid`` better than the ladder's best enters its
+    coldest chain. The ladder runs for the walk's budget (``CHAINS`` scored swaps a
+    step); its best is then descended (exact matchings, order, partition swaps) and the
+    descended grid goes back into the coldest chain."""
+    from solver.tempering import Ladder
+
+    ladder = memory.get("ladder")
+    if ladder is None:
+        ladder = memory["ladder"] = Ladder(model, grid, np.random.default_rng(seed))
+    elif fun < ladder.best - 1e-12 * max(1.0, fun):
+        ladder.inject(grid, fun)
+    best_grid, best = grid.copy(), fun
+    start_nfev, start_nit = effort.nfev, effort.nit
+    strategy, trace = "", []
+
+    def improved(value: float, how: str, g: np.ndarray) -> None:
+        nonlocal best, best_grid, strategy
+        if value < best - 1e-12 * max(1.0, best):
+            best, best_grid = value, g.copy()
+            strategy = f"{strategy_prefix}{how}"
+            trace.append((clock(), best))
+            on_best(best)
+
+    steps = max(MIN_TEMPER_STEPS, (effort.budget - effort.nfev) // ladder.k)
+    done = ladder.run(steps, stop=effort.should_stop)
+    effort.nfev += done * ladder.k
+    improved(ladder.best, "parallel tempering", ladder.best_grid)
+    # its own budget: it runs even when the walk's clock ended the ladder
+    descent = Effort(DESCENT_SWEEPS * model.n * model.n, cancel)
+    state = descend(model, ladder.best_grid, rng, descent)
+    effort.nfev += descent.nfev
+    effort.nit += descent.nit
+    if state.score < ladder.best - 1e-12 * max(1.0, ladder.best):
+        ladder.inject(state.grid, state.score)
+        improved(state.score, "parallel tempering, then descent", state.grid)
+    return Walk(best_grid, best, strategy, effort.nfev - start_nfev, effort.nit - start_nit,
+                done, trace)

@@ -53,7 +53,12 @@ MAX_DEFAULT_ROUNDS = 6
 #: Under a time limit, walks are shortened so that at least this many rounds fit in it
 #: (a walk's annealing schedule is measured in scored swaps, so a walk cut short by the
 #: clock would end hot); this makes time-limited runs depend on machine speed.
-ROUNDS_IN_LIMIT = 4
+ROUNDS_IN_LIMIT = 8
+#: Shortest walk, in seconds, under a time limit.
+MIN_ROUND_S = 0.5
+#: Under a time limit, the topology starts' descents stop after this share of it (the
+#: anytime rounds, which use every worker, get the rest).
+START_SHARE = 0.25
 
 
 class SolveStatus(IntEnum):
@@ -175,6 +180,7 @@ class _Run:
         self.bound = bound
         self.t0 = time.perf_counter()
         self.deadline = None if time_limit is None else time.monotonic() + time_limit
+        self.phase_deadline: float | None = None  #: ends the current phase, not the search
         self.nfev = self.nit = 0
         self.best: np.ndarray | None = None
         self.best_score = np.inf
@@ -230,6 +236,8 @@ class _Run:
         if self.nfev >= self.budget:
             self.status = BUDGET
             return True
+        if self.phase_deadline is not None and time.monotonic() >= self.phase_deadline:
+            return True
         self.report()
         return self.status == CANCELLED
 
@@ -268,6 +276,8 @@ def _starts_phase(run: _Run, model: CostModel, rng, seed_orders) -> None:
     """Polish every topology start, then descend them best first."""
     effort = _Effort(run)
     run.phase = "seeds"
+    if run.time_limit is not None:
+        run.phase_deadline = time.monotonic() + START_SHARE * run.time_limit
     scored_starts = []
     for k, (name, grid) in enumerate(_starts(model, seed_orders)):
         grid = polish(model, grid, effort)
@@ -280,6 +290,7 @@ def _starts_phase(run: _Run, model: CostModel, rng, seed_orders) -> None:
         if comm > SKIP_START_RATIO * run.best_score:
             continue  # far behind the best: not worth a descent
         descend(model, grid, rng, effort, lambda g, s, name=name: run.offer(g, s, name))
+    run.phase_deadline = None
 
 
 def _rounds_plan(run: _Run, model: CostModel, seed: int, patience: int, budget_given: bool,
@@ -292,10 +303,13 @@ def _rounds_plan(run: _Run, model: CostModel, seed: int, patience: int, budget_g
         rate = run.nfev / max(run.elapsed(), 1e-3)  # swaps scored per second by the starts
         left_s = max(0.0, run.deadline - time.monotonic())
         walk = max(n2, min(walk, int(rate * left_s / ROUNDS_IN_LIMIT)))
-    if run.deadline is not None and not budget_given:
-        left = 1 << 62
+    round_s = None
+    if run.deadline is not None:
+        round_s = max(MIN_ROUND_S, (run.deadline - time.monotonic()) / ROUNDS_IN_LIMIT)
+        if not budget_given:
+            left = 1 << 62
     return Rounds(seed=seed, walk_evals=int(walk), patience=patience, budget=int(left),
-                  deadline=run.deadline)
+                  deadline=run.deadline, round_s=round_s)
 
 
 def _rounds_phase(run: _Run, model: CostModel, pool: WorkerPool, plan: Rounds) -> list[str]:

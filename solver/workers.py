@@ -37,7 +37,7 @@ from typing import Callable
 
 import numpy as np
 
-from solver.anytime import Walk, walk
+from solver.anytime import Walk, temper, walk
 from solver.descent import Effort
 
 #: Seconds a stopped worker gets to hand back its best before it is terminated.
@@ -47,6 +47,10 @@ POLL_S = 0.05
 #: Niceness added to worker processes, so the process that started them (the console's
 #: UI, a shell) stays responsive when the workers take every core.
 WORKER_NICE = 4
+#: Walk kinds, cycled over workers and rounds (solver.anytime): "tempering" continues
+#: the worker's parallel-tempering ladder, "ils" is the annealed ILS, "anneal" the ILS
+#: after a heat-bath annealing run.
+WALK_MIX = ("tempering",)
 
 
 def available_cores() -> int:
@@ -80,6 +84,7 @@ class Rounds:
     patience: int  #: rounds without improvement before stopping (no deadline)
     budget: int  #: most swaps scored over all rounds (no deadline)
     deadline: float | None  #: time.monotonic() at which to stop
+    round_s: float | None = None  #: with a deadline, most seconds per walk (rounds share the best)
 
 
 def _context():
@@ -90,16 +95,34 @@ def _context():
     return ctx
 
 
-def _one_walk(model, index, k, grid, fun, plan: Rounds, stop, on_best) -> Walk:
+def walk_kind(index: int, k: int) -> str:
+    """Which walk worker ``index`` runs in round ``k``: WALK_MIX, cycled."""
+    return WALK_MIX[(index + k) % len(WALK_MIX)]
+
+
+def _one_walk(model, index, k, grid, fun, plan: Rounds, stop, on_best, memory: dict) -> Walk:
     clock = time.monotonic
     deadline = plan.deadline
+    if deadline is not None and plan.round_s is not None:
+        deadline = min(deadline, clock() + plan.round_s)
 
     def should_stop() -> bool:
         return stop() or (deadline is not None and clock() >= deadline)
 
     rng = np.random.default_rng([plan.seed, index, k])
-    return walk(model, grid, fun, rng, Effort(plan.walk_evals, should_stop), clock=clock,
-                on_best=on_best, strategy_prefix=f"worker {index}: ", hot_start=(index + k) % 2 == 1)
+    effort = Effort(plan.walk_evals, should_stop)
+    prefix = f"worker {index}: "
+    kind = walk_kind(index, k)
+    if kind == "tempering":
+        if deadline is not None:  # no schedule to fit: the walk runs until its round ends
+            effort = Effort(1 << 62, should_stop)
+        def cancel() -> bool:
+            return stop() or (plan.deadline is not None and clock() >= plan.deadline)
+
+        return temper(model, grid, fun, rng, effort, memory, seed=[plan.seed, index], clock=clock,
+                      cancel=cancel, on_best=on_best, strategy_prefix=prefix)
+    return walk(model, grid, fun, rng, effort, clock=clock, on_best=on_best,
+                strategy_prefix=prefix, hot_start=kind == "anneal")
 
 
 def _orphan_check(every: int = 256) -> Callable[[], bool]:
@@ -130,6 +153,7 @@ def _worker_main(conn, stop_event, model, index: int) -> None:
     def stop() -> bool:
         return stop_event.is_set() or orphaned()
 
+    memory: dict = {}  # what a walk keeps for the next (the tempering ladder)
     while True:
         try:
             msg = conn.recv()
@@ -139,7 +163,7 @@ def _worker_main(conn, stop_event, model, index: int) -> None:
             return
         _, k, grid, fun, plan = msg
         done = _one_walk(model, index, k, grid, fun, plan, stop,
-                         lambda f: conn.send(("best", index, f, time.monotonic())))
+                         lambda f: conn.send(("best", index, f, time.monotonic())), memory)
         conn.send(("done", index, k, done))
 
 
@@ -153,6 +177,7 @@ class WorkerPool:
         self.live: list[int] = []
         self.errors: list[str] = []
         self.stop_event = None
+        self.memory: dict = {}  # the in-process walks' memory (workers == 1)
 
     def start(self) -> None:
         """Start the worker processes (none for one worker); may run in a helper thread.
@@ -183,7 +208,7 @@ class WorkerPool:
     # -- one round ---------------------------------------------------------------
     def _round_inline(self, k, grid, fun, plan, stop, on_best) -> dict[int, Walk]:
         return {0: _one_walk(self.model, 0, k, grid, fun, plan, stop,
-                             lambda f: on_best(f, 0, time.monotonic()))}
+                             lambda f: on_best(f, 0, time.monotonic()), self.memory)}
 
     def _lost(self, w: int, why: str) -> None:
         code = self.procs[w].exitcode

@@ -149,9 +149,9 @@ def test_result_names_the_strategy_and_worker_and_carries_the_trace():
     result = solve(model, seed=1, workers=2, restarts=1, budget=300_000, lower_bound=bound,
                    callback=seen.append)
     assert result.workers == 2 and result.rounds >= 1
-    assert result.start  # a topology start, or "worker k: annealed ILS, ..."
+    assert result.start  # a topology start, or "worker k: parallel tempering, ..."
     if result.worker is not None:
-        assert result.start.startswith(f"worker {result.worker}: annealed ILS")
+        assert result.start.startswith(f"worker {result.worker}: parallel tempering")
     values = [v for _, v in result.history]
     assert values == sorted(values, reverse=True) and values[-1] == result.fun
     assert seen and all(p.bound == bound for p in seen)

@@ -1,0 +1,179 @@
+"""Parallel tempering over as-launched grids, K chains advanced at once in numpy.
+
+State: K grids ``G_k`` (``D_DP x D_PP``, scored as launched, solver.cost) with per-chain
+column DataP values and pipeline edge values. Chain ``k`` runs at temperature ``T_k``;
+the temperatures form a geometric ladder from ``TAU_COLD`` to ``TAU_HOT`` times the
+start's Comm. One *step* proposes, in every chain at once, the swap of two random grid
+positions and scores it incrementally:
+
+- DataP: only the swapped devices' columns change; their DataP is recomputed from the
+  ``D_DP x D_DP`` blocks of ``T_dp`` (O(D_DP^2) per chain), the rest comes from the
+  stored column values;
+- Pipeline: only edges ``s1 - 1, s1, s2 - 1, s2`` change; each is recomputed over its
+  D_DP links (O(D_DP) per chain), duplicates counted once;
+
+and accepts it by Metropolis, ``u < exp(-(Comm' - Comm) / T_k)``. Every
+``EXCHANGE_EVERY`` steps, neighbours on the ladder exchange temperatures with
+probability ``min(1, exp((E_i - E_j)(1/T_i - 1/T_j)))`` (replica exchange; Hukushima
+and Nemoto, 1996), so a state found hot can cool and a cold chain stuck in a basin can
+warm up and leave it. One step costs O(K D_DP^2) array work in about 30 numpy calls,
+so for K = 24 the per-proposal cost is a few microseconds, against tens for rescoring a
+grid per proposal.
+
+Why: the descents of solver.anytime re-solve matchings and pipeline orders exactly, which
+costs milliseconds per descent (Held-Karp: 0.1 s at 16 stages); on hierarchical fabrics
+the good layouts lie several block exchanges away from every topology start, and a
+Metropolis walk over millions of cheap swaps crosses those ridges where a few hundred
+descents cannot (measured with benchmarks/anytime.py; see the module text there). The
+ladder needs no schedule, so its answer keeps improving with the time given.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+TAU_COLD = 2e-4
+TAU_HOT = 0.04
+CHAINS = 48
+EXCHANGE_EVERY = 20
+
+
+class Ladder:
+    """K tempering chains on one cost model; ``run`` advances them, ``best`` is kept."""
+
+    def __init__(self, model, grid: np.ndarray, rng: np.random.Generator, chains: int = CHAINS) -> None:
+        self.t_pp, self.t_dp = model.t_pp, model.t_dp
+        g = np.asarray(grid, dtype=int)
+        self.r, self.p = g.shape
+        self.k = int(chains)
+        self.rng = rng
+        self.grids = np.repeat(g[None], self.k, axis=0)
+        self.col_dp = np.repeat(self._col_dp(g)[None], self.k, axis=0)
+        self.sums = np.repeat(self._sums(g)[None], self.k, axis=0)  # (k, n) by device
+        self.edges = np.repeat(self._edges(g)[None], self.k, axis=0)
+        self.energy = self.col_dp.max(axis=1) + 2.0 * self.edges.sum(axis=1)
+        e0 = float(self.energy[0])
+        self.temps = e0 * np.geomspace(TAU_COLD, TAU_HOT, self.k)  # temps[c] of chain c
+        self.best = float(e0)
+        self.best_grid = g.copy()
+        self.steps = 0
+
+    def _col_dp(self, g: np.ndarray) -> np.ndarray:
+        cols = g.T
+        return self.t_dp[cols[:, :, None], cols[:, None, :]].sum(axis=2).max(axis=1)
+
+    def _sums(self, g: np.ndarray) -> np.ndarray:
+        """Per device, the sum of ``T_dp`` to the peers of its column."""
+        out = np.empty(g.size)
+        for col in g.T:
+            out[col] = self.t_dp[np.ix_(col, col)].sum(axis=1)
+        return out
+
+    def _edges(self, g: np.ndarray) -> np.ndarray:
+        if self.p < 2:
+            return np.zeros(0)
+        return self.t_pp[g[:, :-1], g[:, 1:]].max(axis=0)
+
+    def inject(self, grid: np.ndarray, fun: float) -> None:
+        """Put ``grid`` into the coldest chain (an elite found elsewhere)."""
+        c = int(np.argmin(self.temps))
+        g = np.asarray(grid, dtype=int)
+        self.grids[c] = g
+        self.col_dp[c] = self._col_dp(g)
+        self.sums[c] = self._sums(g)
+        self.edges[c] = self._edges(g)
+        self.energy[c] = self.col_dp[c].max() + 2.0 * self.edges[c].sum()
+        if self.energy[c] < self.best:
+            self.best, self.best_grid = float(self.energy[c]), g.copy()
+
+    def _draws(self, count: int):
+        """Random proposals and acceptance thresholds for ``count`` steps at once."""
+        k, r, p = self.k, self.r, self.p
+        n = r * p
+        rng = self.rng
+        i = rng.integers(n, size=(count, k))
+        j = (i + 1 + rng.integers(n - 1, size=(count, k))) % n
+        s12 = np.empty((count, k, 2), dtype=np.int64)
+        s12[..., 0], s12[..., 1] = i % p, j % p
+        e = np.empty((count, k, 4), dtype=np.int64)  # edges s1 - 1, s1, s2 - 1, s2
+        e[..., 0], e[..., 1], e[..., 2], e[..., 3] = s12[..., 0] - 1, s12[..., 0], s12[..., 1] - 1, s12[..., 1]
+        ok = (e >= 0) & (e <= p - 2)
+        ok[..., 2] &= (e[..., 2] != e[..., 0]) & (e[..., 2] != e[..., 1])
+        ok[..., 3] &= (e[..., 3] != e[..., 0]) & (e[..., 3] != e[..., 1])
+        ec = np.clip(e, 0, max(p - 2, 0))
+        neg_log_u = -np.log1p(-rng.random((count, k)))  # Metropolis: accept delta <= T (-ln u)
+        return i, j, s12, ok, ec, neg_log_u
+
+    def run(self, steps: int, stop=lambda: False, on_best=lambda f: None, check_every: int = 64) -> int:
+        """Advance every chain ``steps`` steps (fewer if ``stop()``); returns steps done.
+
+        Random numbers are drawn ``check_every`` steps at a time (a pure function of the
+        generator's state and ``steps``)."""
+        k, r, p = self.k, self.r, self.p
+        n = r * p
+        chain = np.arange(k)
+        rows3, rows2 = chain[:, None, None], chain[:, None]
+        tpp, tdp = self.t_pp.ravel(), self.t_dp.ravel()
+        down = p * np.arange(r)  # flat offsets of one column's replicas
+        flat = self.grids.reshape(k, n)  # a view: writes reach self.grids
+        edge_sum = self.edges.sum(axis=1)
+        done = 0
+        while done < steps:
+            if stop():
+                break
+            block = min(check_every, steps - done)
+            draws = self._draws(block)
+            same = draws[2][..., 0] == draws[2][..., 1]
+            for t in range(block):
+                i, j, s12, ok, ec, nlu = (d[t] for d in draws[:6])
+                new = flat.copy()
+                a, b = flat[chain, i], flat[chain, j]
+                new[chain, i], new[chain, j] = b, a
+                cols = new[rows3, s12[:, :, None] + down]  # (k, 2, r): the new columns
+                # peer sums of the two new columns: d's sum loses T[d, gone], gains
+                # T[d, came]; the device that came gets its sum over the new column. A
+                # swap inside one column (same) keeps every sum: gone = came = a there.
+                gone = np.empty((k, 2, 1), dtype=np.int64)
+                gone[:, 0, 0] = a
+                gone[:, 1, 0] = np.where(same[t], a, b)
+                came = gone[:, ::-1]
+                t_came = tdp[cols * n + came]
+                sums = np.where(cols == came, t_came.sum(axis=2, keepdims=True),
+                                self.sums[rows3, cols] - tdp[cols * n + gone] + t_came)
+                dp12 = sums.max(axis=2)
+                col_dp = self.col_dp.copy()
+                col_dp[chain, s12[:, 0]] = dp12[:, 0]
+                col_dp[chain, s12[:, 1]] = dp12[:, 1]
+                energy = col_dp.max(axis=1)
+                if p > 1:
+                    at = ec[:, :, None] + down  # (k, 4, r): left ends of the touched edges
+                    links = tpp[new[rows3, at] * n + new[rows3, at + 1]].max(axis=2)  # (k, 4)
+                    change = ((links - self.edges[rows2, ec]) * ok).sum(axis=1)
+                    energy += 2.0 * (edge_sum + change)
+                accept = energy - self.energy <= self.temps * nlu
+                if accept.any():
+                    flat[accept] = new[accept]
+                    self.sums[rows3[accept], cols[accept]] = sums[accept]
+                    self.col_dp[accept] = col_dp[accept]
+                    self.energy[accept] = energy[accept]
+                    if p > 1:
+                        cr, cs = np.nonzero(ok & accept[:, None])
+                        self.edges[cr, ec[cr, cs]] = links[cr, cs]
+                        edge_sum[accept] += change[accept]
+                    c = int(np.argmin(self.energy))
+                    if self.energy[c] < self.best - 1e-12 * max(1.0, self.best):
+                        self.best, self.best_grid = float(self.energy[c]), self.grids[c].copy()
+                        on_best(self.best)
+                done += 1
+                if done % EXCHANGE_EVERY == 0:
+                    self._exchange(done // EXCHANGE_EVERY % 2)
+        self.steps += done
+        return done
+
+    def _exchange(self, parity: int) -> None:
+        order = np.argsort(self.temps)  # chains from coldest to hottest
+        for lo in range(parity, self.k - 1, 2):
+            a, b = order[lo], order[lo + 1]
+            x = (self.energy[a] - self.energy[b]) * (1.0 / self.temps[a] - 1.0 / self.temps[b])
+            if x >= 0 or self.rng.random() < np.exp(x):
+                self.temps[a], self.temps[b] = self.temps[b], self.temps[a]
