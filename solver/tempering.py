@@ -30,18 +30,28 @@ ladder needs no schedule, so its answer keeps improving with the time given.
 
 from __future__ import annotations
 
+import ctypes
+import time
+
 import numpy as np
+
+from solver import native
 
 TAU_COLD = 2e-4
 TAU_HOT = 0.04
 CHAINS = 48
 EXCHANGE_EVERY = 20
+#: Seconds of kernel work between two stop tests (cancel, deadline).
+CHUNK_S = 0.02
 
 
 class Ladder:
     """K tempering chains on one cost model; ``run`` advances them, ``best`` is kept."""
 
-    def __init__(self, model, grid: np.ndarray, rng: np.random.Generator, chains: int = CHAINS) -> None:
+    def __init__(self, model, grid: np.ndarray, rng: np.random.Generator, chains: int = CHAINS,
+                 use_native: bool = True) -> None:
+        self.use_native = use_native
+        self.rng_state = rng.integers(1, 2**63, size=4, dtype=np.int64).view(np.uint64)  # kernel's stream
         self.t_pp, self.t_dp = model.t_pp, model.t_dp
         g = np.asarray(grid, dtype=int)
         self.r, self.p = g.shape
@@ -104,11 +114,60 @@ class Ladder:
         neg_log_u = -np.log1p(-rng.random((count, k)))  # Metropolis: accept delta <= T (-ln u)
         return i, j, s12, ok, ec, neg_log_u
 
-    def run(self, steps: int, stop=lambda: False, on_best=lambda f: None, check_every: int = 64) -> int:
+    def run(self, steps: int, stop=lambda: False, on_best=lambda f: None) -> int:
         """Advance every chain ``steps`` steps (fewer if ``stop()``); returns steps done.
 
-        Random numbers are drawn ``check_every`` steps at a time (a pure function of the
-        generator's state and ``steps``)."""
+        The compiled kernel (solver.native) does the steps where it is available, numpy
+        otherwise; each is a pure function of the ladder and ``steps`` (the two draw
+        different random numbers, so their chains differ). Afterwards the chains' sums,
+        DataP, edges and energies are recomputed from their grids, so rounding never
+        accumulates across walks, and ``best`` is the best grid's score from scratch."""
+        before = self.best
+        fn = native.kernel() if self.use_native else None
+        if fn is not None:
+            done = self._run_native(fn, steps, stop)
+        else:
+            done = self._run_numpy(steps, stop)
+        self.steps += done
+        self._resync()
+        if self.best < before - 1e-12 * max(1.0, before):
+            on_best(self.best)
+        return done
+
+    def _resync(self) -> None:
+        for c in range(self.k):
+            g = self.grids[c]
+            self.col_dp[c], self.sums[c], self.edges[c] = self._col_dp(g), self._sums(g), self._edges(g)
+        self.energy = self.col_dp.max(axis=1) + 2.0 * self.edges.sum(axis=1)
+        self.best = float(self._col_dp(self.best_grid).max() + 2.0 * self._edges(self.best_grid).sum())
+
+    def _run_native(self, fn, steps: int, stop) -> int:
+        """Steps in the compiled kernel, in chunks of about CHUNK_S seconds between stop tests."""
+        k, r, p = self.k, self.r, self.p
+        order = np.argsort(self.temps, kind="stable").astype(np.int64)
+        rung_temp = np.ascontiguousarray(self.temps[order])
+        best = ctypes.c_double(self.best)
+        best_grid = np.ascontiguousarray(self.best_grid.ravel(), dtype=np.int64)
+        arrays = [self.t_pp, self.t_dp, self.grids, self.sums, self.col_dp, self.edges,
+                  self.energy, order, rung_temp, self.rng_state]
+        ptrs = [a.ctypes.data for a in arrays]
+        done, chunk = 0, 8
+        while done < steps and not stop():
+            now = min(chunk, steps - done)
+            t0 = time.perf_counter()
+            fn(k, r, p, *ptrs, self.steps + done, now, EXCHANGE_EVERY, ctypes.byref(best),
+               best_grid.ctypes.data)
+            done += now
+            spent = time.perf_counter() - t0
+            chunk = int(min(max(1, chunk * 4), max(1, now * CHUNK_S / max(spent, 1e-6))))
+        self.temps[order] = rung_temp
+        if best.value < self.best:
+            self.best_grid = best_grid.reshape(r, p).copy()
+            self.best = best.value
+        return done
+
+    def _run_numpy(self, steps: int, stop, check_every: int = 64) -> int:
+        """Steps in numpy; random numbers are drawn ``check_every`` steps at a time."""
         k, r, p = self.k, self.r, self.p
         n = r * p
         chain = np.arange(k)
@@ -163,11 +222,9 @@ class Ladder:
                     c = int(np.argmin(self.energy))
                     if self.energy[c] < self.best - 1e-12 * max(1.0, self.best):
                         self.best, self.best_grid = float(self.energy[c]), self.grids[c].copy()
-                        on_best(self.best)
                 done += 1
-                if done % EXCHANGE_EVERY == 0:
-                    self._exchange(done // EXCHANGE_EVERY % 2)
-        self.steps += done
+                if (self.steps + done) % EXCHANGE_EVERY == 0:
+                    self._exchange((self.steps + done) // EXCHANGE_EVERY % 2)
         return done
 
     def _exchange(self, parity: int) -> None:

@@ -1,0 +1,95 @@
+"""The compiled tempering kernel (solver/tempering.c): built on first use, else numpy.
+
+``kernel()`` returns the loaded ``pt_run`` function, or None when it cannot be had; the
+search then steps its chains in numpy (solver.tempering), slower but the same method.
+
+Build: ``$CC`` (default ``gcc``) ``-O2 -shared -fPIC`` into a per-user cache folder,
+``$XDG_CACHE_HOME/geoconsole`` (default ``~/.cache/geoconsole``), as
+``tempering-<hash of the source and the compiler command>.so``. The folder is created
+mode 0700; a library is loaded only from a folder and a file owned by this user and not
+writable by group or others, so nobody else can swap the code this process runs. The
+build writes a temporary file and renames it into place, so concurrent first uses
+(worker processes) never load a half-written library. ``GEOCONSOLE_NATIVE=0`` turns the
+kernel off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shlex
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("tempering.c")
+CFLAGS = ("-O2", "-shared", "-fPIC", "-std=c99", "-lm")
+BUILD_TIMEOUT_S = 60
+
+_loaded: dict[str, object] = {}
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "geoconsole"
+
+
+def _private(path: Path, is_dir: bool) -> bool:
+    st = path.lstat()
+    kind_ok = stat.S_ISDIR(st.st_mode) if is_dir else stat.S_ISREG(st.st_mode)
+    return kind_ok and st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _build(target: Path, cc: list[str]) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".tempering-", suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        subprocess.run([*cc, *CFLAGS[:4], "-o", tmp, str(SOURCE), CFLAGS[4]], check=True,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, timeout=BUILD_TIMEOUT_S)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _load():
+    if os.environ.get("GEOCONSOLE_NATIVE", "1") == "0":
+        return None, "turned off by GEOCONSOLE_NATIVE=0"
+    cc = shlex.split(os.environ.get("CC") or "gcc")
+    try:
+        text = SOURCE.read_bytes()
+        digest = hashlib.sha256(text + " ".join(cc + list(CFLAGS)).encode()).hexdigest()[:16]
+        folder = cache_dir()
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _private(folder, True):
+            return None, f"{folder}: not a private folder of this user"
+        target = folder / f"tempering-{digest}.so"
+        if not target.exists():
+            _build(target, cc)
+        if not _private(target, False):
+            return None, f"{target}: not a private file of this user"
+        lib = ctypes.CDLL(str(target))
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        return None, f"could not build or load the tempering kernel ({exc})"
+    fn = lib.pt_run
+    p, i, d, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_double, ctypes.c_int64
+    fn.argtypes = [i, i, i, p, p, p, p, p, p, p, p, p, p, i64, i64, i, p, p]
+    fn.restype = i
+    return fn, ""
+
+
+def kernel():
+    """The compiled ``pt_run`` (loaded once per process), or None."""
+    if "fn" not in _loaded:
+        _loaded["fn"], _loaded["why"] = _load()
+    return _loaded["fn"]
+
+
+def why_not() -> str:
+    """Why ``kernel()`` is None ('' when it is not)."""
+    kernel()
+    return str(_loaded["why"])

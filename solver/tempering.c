@@ -1,0 +1,128 @@
+/* Parallel tempering steps over as-launched placement grids (see solver/tempering.py).
+ *
+ * The same chains, proposals and acceptance as Ladder.run in numpy, one chain and one
+ * proposal at a time: a proposal swaps grid positions i and j of one chain and costs
+ * O(D_DP + D_PP) (the two columns' peer sums, the at most four touched edges, the other
+ * columns' DataP). Random numbers: xoshiro256** seeded by the caller. Built on first use
+ * by solver/native.py; the numpy Ladder is used wherever it cannot be built.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static inline uint64_t next_u64(uint64_t *s) {
+    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t; s[3] = rotl(s[3], 45);
+    return result;
+}
+
+static inline double uniform(uint64_t *s) { return (next_u64(s) >> 11) * 0x1.0p-53; }
+
+static inline int64_t below(uint64_t *s, int64_t n) { return (int64_t)(uniform(s) * (double)n); }
+
+/* New edge value of edge e (columns e, e + 1) of grid g: the slowest link. */
+static double edge_value(const int64_t *g, int r, int p, int e, const double *tpp, int n) {
+    double m = -INFINITY;
+    for (int rr = 0; rr < r; rr++) {
+        double v = tpp[g[rr * p + e] * n + g[rr * p + e + 1]];
+        if (v > m) m = v;
+    }
+    return m;
+}
+
+/* New sums of column s after ``gone`` left it for ``came`` (grid already swapped):
+ * into out[rr] for each replica; returns the column's DataP. */
+static double column_sums(const int64_t *g, int r, int p, int s, int64_t gone, int64_t came,
+                          const double *sums, const double *tdp, int n, double *out) {
+    double m = -INFINITY, own = 0.0;
+    int at = -1;
+    for (int rr = 0; rr < r; rr++) {
+        int64_t d = g[rr * p + s];
+        if (d == came) { at = rr; continue; }
+        double v = sums[d] - tdp[d * n + gone] + tdp[d * n + came];
+        own += tdp[came * n + d];
+        out[rr] = v;
+        if (v > m) m = v;
+    }
+    out[at] = own;
+    return own > m ? own : m;
+}
+
+/* Advance k chains by ``steps`` steps from step number ``step0``; returns 0.
+ * grids: (k, r * p) device ids; sums: (k, n) peer sum per device; col_dp: (k, p);
+ * edges: (k, p - 1); energy: (k,); chain_at: (k,) chain on each rung, coldest first;
+ * rung_temp: (k,) temperature of each rung; best_grid: (r * p,) kept with *best. */
+int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *grids,
+           double *sums, double *col_dp, double *edges, double *energy, int64_t *chain_at,
+           const double *rung_temp, uint64_t *rng, int64_t step0, int64_t steps,
+           int exchange_every, double *best, int64_t *best_grid) {
+    const int n = r * p;
+    double buf1[4096], buf2[4096], newe[4];
+    int touched[4];
+    if (r > 4096 || n < 2) return -1;
+    double *temp_of = (double *)__builtin_alloca(sizeof(double) * k);
+    for (int l = 0; l < k; l++) temp_of[chain_at[l]] = rung_temp[l];
+    for (int64_t step = step0; step < step0 + steps; step++) {
+        for (int c = 0; c < k; c++) {
+            int64_t *g = grids + (int64_t)c * n;
+            double *S = sums + (int64_t)c * n, *cd = col_dp + (int64_t)c * p;
+            double *ed = edges + (int64_t)c * (p > 1 ? p - 1 : 0);
+            int64_t i = below(rng, n), j = (i + 1 + below(rng, n - 1)) % n;
+            int s1 = (int)(i % p), s2 = (int)(j % p);
+            int64_t a = g[i], b = g[j];
+            g[i] = b; g[j] = a;
+            double dp1 = cd[s1], dp2 = cd[s2];
+            if (s1 != s2) {
+                dp1 = column_sums(g, r, p, s1, a, b, S, tdp, n, buf1);
+                dp2 = column_sums(g, r, p, s2, b, a, S, tdp, n, buf2);
+            }
+            double dp = dp1 > dp2 ? dp1 : dp2;
+            for (int s = 0; s < p; s++)
+                if (s != s1 && s != s2 && cd[s] > dp) dp = cd[s];
+            double pipe = 0.0;
+            int nt = 0;
+            if (p > 1) {
+                int cand[4] = {s1 - 1, s1, s2 - 1, s2};
+                for (int q = 0; q < 4; q++) {
+                    int e = cand[q], dup = e < 0 || e > p - 2;
+                    for (int w = 0; w < nt && !dup; w++) dup = touched[w] == e;
+                    if (!dup) { touched[nt] = e; newe[nt] = edge_value(g, r, p, e, tpp, n); nt++; }
+                }
+                for (int e = 0; e < p - 1; e++) pipe += ed[e];
+                for (int w = 0; w < nt; w++) pipe += newe[w] - ed[touched[w]];
+            }
+            double e_new = dp + 2.0 * pipe, delta = e_new - energy[c];
+            if (delta <= 0.0 || uniform(rng) < exp(-delta / temp_of[c])) {
+                if (s1 != s2) {
+                    for (int rr = 0; rr < r; rr++) {
+                        S[g[rr * p + s1]] = buf1[rr];
+                        S[g[rr * p + s2]] = buf2[rr];
+                    }
+                    cd[s1] = dp1; cd[s2] = dp2;
+                }
+                for (int w = 0; w < nt; w++) ed[touched[w]] = newe[w];
+                energy[c] = e_new;
+                if (e_new < *best - 1e-12 * (*best > 1.0 ? *best : 1.0)) {
+                    *best = e_new;
+                    memcpy(best_grid, g, sizeof(int64_t) * n);
+                }
+            } else {
+                g[i] = a; g[j] = b;
+            }
+        }
+        if ((step + 1) % exchange_every == 0) {
+            int parity = (int)(((step + 1) / exchange_every) % 2);
+            for (int l = parity; l + 1 < k; l += 2) {
+                int64_t x = chain_at[l], y = chain_at[l + 1];
+                double arg = (energy[x] - energy[y]) * (1.0 / rung_temp[l] - 1.0 / rung_temp[l + 1]);
+                if (arg >= 0.0 || uniform(rng) < exp(arg)) {
+                    chain_at[l] = y; chain_at[l + 1] = x;
+                    temp_of[y] = rung_temp[l]; temp_of[x] = rung_temp[l + 1];
+                }
+            }
+        }
+    }
+    return 0;
+}
