@@ -63,7 +63,11 @@ from solver.descent import Effort, descend
 TAU_START = 0.02
 TAU_END = 0.001
 #: Swaps scored per walk when no budget is given, in units of N^2 (one full sweep).
-WALK_SWEEPS = 60
+WALK_SWEEPS = 20
+#: Scored swaps of one tempering walk when no time limit is given: TEMPER_SWEEPS sweeps
+#: of N^2, at most TEMPER_MAX (about 4 s for the compiled kernel, a minute in numpy).
+TEMPER_SWEEPS = 500
+TEMPER_MAX = 20_000_000
 #: The same with a time limit: longer walks, so hot-started ones can anneal far.
 WALK_SWEEPS_TIMED = 200
 #: Share of a hot-started walk's budget spent annealing before the ILS takes over.
@@ -85,6 +89,11 @@ class Walk:
     nit: int
     iterations: int
     trace: list[tuple[float, float]] = field(default_factory=list)  #: (clock, Comm)
+
+
+def temper_walk(n: int) -> int:
+    """Scored swaps of one tempering walk under the default stop rule."""
+    return int(min(TEMPER_SWEEPS * n * n, TEMPER_MAX))
 
 
 def _critical(model, grid: np.ndarray) -> np.ndarray:
@@ -191,7 +200,8 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
             on_best(best)
 
     steps = max(MIN_TEMPER_STEPS, (effort.budget - effort.nfev) // ladder.k)
-    done = ladder.run(steps, stop=effort.should_stop)
+    done = ladder.run(steps, stop=effort.should_stop,
+                      on_best=lambda f: on_best(f) if f < best - 1e-12 * max(1.0, best) else None)
     effort.nfev += done * ladder.k
     improved(ladder.best, "parallel tempering", ladder.best_grid)
     # its own budget: it runs even when the walk's clock ended the ladder

@@ -36,7 +36,7 @@ import numpy as np
 from scipy.cluster.hierarchy import leaves_list, linkage
 from scipy.spatial.distance import squareform
 
-from solver.anytime import WALK_SWEEPS, WALK_SWEEPS_TIMED
+from solver.anytime import WALK_SWEEPS_TIMED, temper_walk
 from solver.cost import CostModel, Score, rank_map_from_grid
 from solver.descent import descend, polish
 from solver.enumerate import optimal_grid
@@ -58,7 +58,7 @@ ROUNDS_IN_LIMIT = 8
 MIN_ROUND_S = 0.5
 #: Under a time limit, the topology starts' descents stop after this share of it (the
 #: anytime rounds, which use every worker, get the rest).
-START_SHARE = 0.25
+START_SHARE = 0.1
 
 
 class SolveStatus(IntEnum):
@@ -128,21 +128,18 @@ class PlacementResult:
 
 def default_budget(n: int) -> int:
     """Swaps scored when no budget is given: about ``sweeps`` full local-search sweeps
-    (N^2 swaps each), 40 up to 204 devices, fewer beyond (8 at 1024, 2 at 4096), so the
+    (N^2 swaps each), 40 up to 204 devices, fewer beyond (8 at 1024, 1 above 2048), so the
     search ends in seconds at 64 devices, under a minute at 1024 and within about five
     minutes at 4096 on two cores."""
-    sweeps = max(2, min(40, 8192 // max(n, 1)))
+    sweeps = max(2, min(40, 8192 // max(n, 1))) if n <= 2048 else 1
     return int(max(sweeps * n * n, 200_000))
 
 
 def rounds_budget(n: int, workers: int) -> int:
     """Swaps scored by the anytime rounds when neither a budget nor a time limit is given:
-    up to 512 devices, MAX_DEFAULT_ROUNDS rounds of every worker's walk (WALK_SWEEPS
-    sweeps of N^2 swaps each); beyond, half of ``default_budget`` (the starts already
-    take most of a minute at 1024 devices)."""
-    if n <= 512:
-        return MAX_DEFAULT_ROUNDS * WALK_SWEEPS * n * n * workers
-    return default_budget(n) // 2
+    MAX_DEFAULT_ROUNDS rounds of every worker's tempering walk (``temper_walk(N)``:
+    500 sweeps of N^2, at most 20 million swaps, about 4 s each with the compiled kernel)."""
+    return MAX_DEFAULT_ROUNDS * temper_walk(n) * workers
 
 
 def _orders(model: CostModel, extra: Sequence[Sequence[int]] | None) -> list[tuple[str, np.ndarray]]:
@@ -297,8 +294,8 @@ def _rounds_plan(run: _Run, model: CostModel, seed: int, patience: int, budget_g
                  workers: int) -> Rounds:
     n2 = model.n * model.n
     left = max(0, run.budget - run.nfev) if budget_given else rounds_budget(model.n, workers)
-    sweeps = WALK_SWEEPS_TIMED if run.deadline is not None else WALK_SWEEPS
-    walk = max(n2, min(sweeps * n2, left // max(1, workers)))
+    walk = max(n2, min(temper_walk(model.n) if run.deadline is None else WALK_SWEEPS_TIMED * n2,
+                       left // max(1, workers)))
     if run.deadline is not None:  # let at least ROUNDS_IN_LIMIT rounds fit the time left
         rate = run.nfev / max(run.elapsed(), 1e-3)  # swaps scored per second by the starts
         left_s = max(0.0, run.deadline - time.monotonic())

@@ -125,7 +125,7 @@ class Ladder:
         before = self.best
         fn = native.kernel() if self.use_native else None
         if fn is not None:
-            done = self._run_native(fn, steps, stop)
+            done = self._run_native(fn, steps, stop, on_best)
         else:
             done = self._run_numpy(steps, stop)
         self.steps += done
@@ -141,7 +141,7 @@ class Ladder:
         self.energy = self.col_dp.max(axis=1) + 2.0 * self.edges.sum(axis=1)
         self.best = float(self._col_dp(self.best_grid).max() + 2.0 * self._edges(self.best_grid).sum())
 
-    def _run_native(self, fn, steps: int, stop) -> int:
+    def _run_native(self, fn, steps: int, stop, on_best) -> int:
         """Steps in the compiled kernel, in chunks of about CHUNK_S seconds between stop tests."""
         k, r, p = self.k, self.r, self.p
         order = np.argsort(self.temps, kind="stable").astype(np.int64)
@@ -151,13 +151,16 @@ class Ladder:
         arrays = [self.t_pp, self.t_dp, self.grids, self.sums, self.col_dp, self.edges,
                   self.energy, order, rung_temp, self.rng_state]
         ptrs = [a.ctypes.data for a in arrays]
-        done, chunk = 0, 8
+        done, chunk, told = 0, 8, self.best
         while done < steps and not stop():
             now = min(chunk, steps - done)
             t0 = time.perf_counter()
             fn(k, r, p, *ptrs, self.steps + done, now, EXCHANGE_EVERY, ctypes.byref(best),
                best_grid.ctypes.data)
             done += now
+            if best.value < told - 1e-9 * max(1.0, told):  # the anytime trace, as it happens
+                told = best.value
+                on_best(told)
             spent = time.perf_counter() - t0
             chunk = int(min(max(1, chunk * 4), max(1, now * CHUNK_S / max(spent, 1e-6))))
         self.temps[order] = rung_temp
