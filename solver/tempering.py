@@ -170,7 +170,8 @@ class Ladder:
         return done
 
     def _run_numpy(self, steps: int, stop, check_every: int = 64) -> int:
-        """Steps in numpy; random numbers are drawn ``check_every`` steps at a time."""
+        """Steps in numpy; random numbers are drawn ``check_every`` steps at a time (so the
+        chains depend on how the steps are split into calls, unlike the kernel's)."""
         k, r, p = self.k, self.r, self.p
         n = r * p
         chain = np.arange(k)

@@ -1,0 +1,138 @@
+"""Parallel tempering (solver.tempering) in both back ends, and the kernel's build rules."""
+
+import os
+import stat
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from solver import native
+from solver.tempering import Ladder
+from solver.search import solve
+from solver_oracles import brute_force_optimum, random_model
+
+
+def _ladder_checks(model, ladder):
+    for c in range(ladder.k):
+        grid = ladder.grids[c]
+        assert sorted(grid.ravel().tolist()) == list(range(model.n))
+        assert ladder.energy[c] == pytest.approx(model.score_grid(grid).comm, rel=1e-12)
+    assert ladder.best == pytest.approx(model.score_grid(ladder.best_grid).comm, rel=1e-12)
+    assert ladder.best <= ladder.energy.min() + 1e-9
+
+
+@pytest.mark.parametrize("use_native", [True, False])
+@pytest.mark.parametrize("d_pp,d_dp", [(1, 6), (6, 1), (4, 3), (8, 8), (3, 12)])
+def test_chains_keep_true_scores_and_never_lose_the_best(use_native, d_pp, d_dp):
+    if use_native and native.kernel() is None:
+        pytest.fail(f"the tempering kernel should build here: {native.why_not()}")
+    rng = np.random.default_rng(d_pp * 100 + d_dp)
+    model = random_model(rng, d_pp, d_dp, clustered=True)
+    start = rng.permutation(model.n).reshape(d_dp, d_pp)
+    ladder = Ladder(model, start, np.random.default_rng(1), chains=8, use_native=use_native)
+    first = ladder.best
+    ladder.run(3000)
+    _ladder_checks(model, ladder)
+    assert ladder.best <= first
+    if model.n > 6:
+        assert ladder.best < first  # a random start is improved
+
+
+def test_kernel_steps_keep_running_sums_exact_before_the_resync():
+    """The kernel's own bookkeeping (not the recomputation after it) matches rescoring."""
+    if native.kernel() is None:
+        pytest.fail(native.why_not())
+    rng = np.random.default_rng(3)
+    model = random_model(rng, 6, 8, clustered=True)
+    ladder = Ladder(model, rng.permutation(48).reshape(8, 6), np.random.default_rng(0), chains=6)
+    ladder._run_native(native.kernel(), 20_000, lambda: False, lambda f: None)
+    for c in range(ladder.k):
+        assert ladder.energy[c] == pytest.approx(model.score_grid(ladder.grids[c]).comm, rel=1e-9)
+        assert np.allclose(ladder.sums[c], ladder._sums(ladder.grids[c]))
+
+
+@pytest.mark.parametrize("use_native", [True, False])
+def test_ladder_is_a_pure_function_of_its_seed_and_steps(use_native):
+    rng = np.random.default_rng(5)
+    model = random_model(rng, 4, 4, clustered=True)
+    start = rng.permutation(16).reshape(4, 4)
+    runs = []
+    for _ in range(2):
+        ladder = Ladder(model, start, np.random.default_rng(9), chains=6, use_native=use_native)
+        ladder.run(700)
+        ladder.run(300)
+        runs.append(ladder)
+    assert np.array_equal(runs[0].grids, runs[1].grids) and runs[0].best == runs[1].best
+    if use_native:  # the kernel's stream does not depend on how the steps are split
+        one = Ladder(model, start, np.random.default_rng(9), chains=6)
+        one.run(1000)
+        assert np.array_equal(runs[0].grids, one.grids) and runs[0].best == one.best
+
+
+def test_ladder_finds_brute_forced_optima_of_small_instances():
+    hits = 0
+    for k in range(6):
+        rng = np.random.default_rng(40 + k)
+        model = random_model(rng, 3, 3, clustered=bool(k % 2))
+        optimum = brute_force_optimum(model)
+        ladder = Ladder(model, rng.permutation(9).reshape(3, 3), np.random.default_rng(k), chains=12)
+        ladder.run(4000)
+        assert ladder.best >= optimum - 1e-9
+        hits += ladder.best <= optimum + 1e-9
+    assert hits >= 5, hits
+
+
+def _fresh(env: dict, code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=120)
+
+
+PROBE = "from solver import native; print(native.kernel() is not None); print(native.why_not())"
+
+
+def test_kernel_is_built_private_and_reused(tmp_path):
+    out = _fresh({"XDG_CACHE_HOME": str(tmp_path)}, PROBE)
+    assert out.stdout.splitlines()[0] == "True", out.stdout + out.stderr
+    built = list((tmp_path / "geoconsole").glob("tempering-*.so"))
+    assert len(built) == 1
+    assert stat.S_IMODE((tmp_path / "geoconsole").stat().st_mode) == 0o700
+    assert not built[0].stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    before = built[0].stat().st_mtime_ns
+    assert _fresh({"XDG_CACHE_HOME": str(tmp_path)}, PROBE).stdout.startswith("True")
+    assert built[0].stat().st_mtime_ns == before  # loaded, not rebuilt
+    assert not list((tmp_path / "geoconsole").glob(".tempering-*"))  # no temp file left
+
+
+def test_a_library_others_can_write_is_never_loaded(tmp_path):
+    assert _fresh({"XDG_CACHE_HOME": str(tmp_path)}, PROBE).stdout.startswith("True")
+    lib = next((tmp_path / "geoconsole").glob("tempering-*.so"))
+    lib.chmod(0o666)
+    out = _fresh({"XDG_CACHE_HOME": str(tmp_path)}, PROBE).stdout.splitlines()
+    assert out[0] == "False" and "not a private file" in out[1]
+    (tmp_path / "geoconsole").chmod(0o777)
+    out = _fresh({"XDG_CACHE_HOME": str(tmp_path)}, PROBE).stdout.splitlines()
+    assert out[0] == "False" and "not a private folder" in out[1]
+
+
+@pytest.mark.parametrize("env", [{"CC": "/nonexistent/cc"}, {"GEOCONSOLE_NATIVE": "0"}])
+def test_without_the_kernel_the_search_falls_back_to_numpy(tmp_path, env):
+    code = PROBE + (
+        "\nimport numpy as np, sys; sys.path.insert(0, 'tests')"
+        "\nfrom solver_oracles import random_model; from solver.search import solve"
+        "\nm = random_model(np.random.default_rng(2), 4, 4, clustered=True)"
+        "\nr = solve(m, seed=0, workers=1, restarts=1); print(r.fun == m.score_rank_map(r.x).comm)")
+    out = _fresh({"XDG_CACHE_HOME": str(tmp_path), **env}, code)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0, out.stderr
+    assert lines[0] == "False" and lines[-1] == "True"
+    assert ("GEOCONSOLE_NATIVE" in lines[1]) if "GEOCONSOLE_NATIVE" in env else "could not build" in lines[1]
+
+
+def test_search_result_rescored_equals_reported_with_tempering():
+    rng = np.random.default_rng(8)
+    model = random_model(rng, 6, 6, clustered=True)
+    result = solve(model, seed=2, workers=1, restarts=2)
+    assert result.fun == model.score_rank_map(result.x).comm
+    assert result.rounds >= 1
