@@ -28,23 +28,21 @@ it only descends (simulated annealing on the ILS level; Lourenco, Martin and Stu
 stream and its budget of scored swaps, which is what makes the parallel search
 (solver.workers) reproducible.
 
-Why this mix (measured with ``benchmarks/anytime.py`` on the SYNTHETIC hierarchical
-suite, 2 cores shared with other work, one run each, so figures are noisy):
+Why tempering is the default walk (WALK_MIX in solver.workers), measured with
+``benchmarks/anytime.py`` on the SYNTHETIC hierarchical suite, 2 cores:
 
-- the search before the anytime rounds (topology starts, then 8 perturbed or random
-  restarts, improvement-only) ended "converged" on the 48-GPU 4 x 12 instance at 23.43
-  after 3.3 s, and a time limit gave the same answer;
-- walks of annealed ILS with group mixing (and annealing walks) reached 22.95 there at
-  10 s and 22.60 at 30 s, the best known; 96 GPUs 12 x 8: +3.5% above its best known
-  at 3 s, +2.4% at 30 s;
-- ILS walks alone stay in the starts' basin where good layouts are far from every
-  topology start: the 192-GPU 8 x 24 instance sat at 50.0 at 30 s while a longer run
-  reached 41.2; with annealing walks sized to fit the time limit it reached 41.9 at
-  30 s. The 80-GPU 10 x 8 instance is still 8.5% above the plain annealer's best at
-  120 s (benchmarks/sa_baseline.py): the open case.
+- the ILS and heat-bath walks below (each descent re-solves matchings and the pipeline
+  order exactly: milliseconds, 0.1 s with Held-Karp at 16 stages) reached, at
+  ``--time-limit 10``, 22.96 on the 48-GPU 4 x 12 instance, 51.5 on 16 x 4, 51.7-61.0 on
+  the 80-GPU 10 x 8 and 56.8 on 12 x 8, with 5-seed spreads up to 12%;
+- parallel tempering (``temper``) with the compiled kernel, from the same starts and in
+  the same 10 s: 19.9-21.1, 40.7-42.9, 45.3-47.0 and 44.4-49.7: the good layouts lie
+  several block exchanges away from every start, and millions of cheap Metropolis swaps
+  at a ladder of temperatures cross those ridges where a few hundred exact descents do
+  not. The descent that ends each tempering walk keeps what the exact inner solvers add.
 
-So walks alternate: ILS walks refine the elite, annealing walks explore, and the rounds
-keep the better.
+``walk`` (the ILS, optionally hot-started by solver.anneal) stays available as a walk
+kind.
 
 Cost: one iteration is a perturbation (O(N)) plus a descent (a few local-search sweeps,
 each O(N^2 D_DP) array work, and partition passes of at most 4 N exact matchings).

@@ -11,9 +11,11 @@ it is given; otherwise it reports a lower bound beside its answer (solver.bounds
    consecutive devices and stage groups on consecutive devices. Each is polished (exact
    matchings and best pipeline order); they are descended best first (solver.descent);
    a start more than SKIP_START_RATIO worse than the best so far is not descended.
-3. Anytime rounds (solver.workers, solver.anytime): ``workers`` processes each run an
-   annealed iterated local search with group-mixing moves from the best placement, in
-   rounds; after each round the best walk becomes the shared start of the next.
+3. Anytime rounds (solver.workers, solver.anytime, solver.tempering): ``workers``
+   processes each continue a parallel-tempering ladder into which the best placement
+   known is injected, in rounds; each round ends with a descent of the worker's best,
+   and the best walk becomes the shared start of the next. Under a time limit the
+   starts' descents stop after START_SHARE of it.
 
 Stop rule. With ``time_limit`` the rounds go on until the limit (or ``budget``, when one
 is given). Without it, the rounds stop after ``restarts`` consecutive rounds that did not

@@ -1,9 +1,10 @@
 """Parallel anytime search: walks in worker processes, in rounds, sharing the best.
 
 Round ``k`` hands every worker ``w`` the best placement known (the elite) and a random
-stream seeded ``(seed, w, k)``; each runs one walk (solver.anytime; hot-started with
-annealing when ``w + k`` is odd) for a fixed number of
-scored swaps, or until the deadline or a cancel. When every worker has answered, the
+stream seeded ``(seed, w, k)``; each runs one walk of the kind ``walk_kind(w, k)``
+(WALK_MIX: parallel tempering, whose ladder the worker keeps between rounds, seeded
+``(seed, w)``; solver.anytime) for a fixed number of scored swaps, or, under a time
+limit, until the round's share of it, the deadline or a cancel. When every worker has answered, the
 best walk (ties: lowest worker index) becomes the elite of round ``k + 1``. Without a
 deadline a round is a pure function of the elite, the seed and the worker count, so the
 whole search is reproducible for a given ``seed`` and ``workers``.
