@@ -74,6 +74,8 @@ ANNEAL_SHARE = 0.8
 MIN_TEMPER_STEPS = 2000
 #: Local-search sweeps (N^2 scored swaps each) of the descent that ends a tempering walk.
 DESCENT_SWEEPS = 2
+#: ... and at most this many scored swaps (a sweep is 16.7 million at 4096 devices).
+DESCENT_MAX = 2_000_000
 
 
 @dataclass(eq=False)
@@ -203,7 +205,7 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     effort.nfev += done * ladder.k
     improved(ladder.best, "parallel tempering", ladder.best_grid)
     # its own budget: it runs even when the walk's clock ended the ladder
-    descent = Effort(DESCENT_SWEEPS * model.n * model.n, cancel)
+    descent = Effort(min(DESCENT_SWEEPS * model.n * model.n, DESCENT_MAX), cancel)
     state = descend(model, ladder.best_grid, rng, descent)
     effort.nfev += descent.nfev
     effort.nit += descent.nit

@@ -77,7 +77,7 @@ def _load():
         return None, f"could not build or load the tempering kernel ({exc})"
     fn = lib.pt_run
     p, i, d, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_double, ctypes.c_int64
-    fn.argtypes = [i, i, i, p, p, p, p, p, p, p, p, p, p, i64, i64, i, p, p]
+    fn.argtypes = [i, i, i, p, p, p, p, p, p, p, p, p, p, i64, i64, i, p, p, p, p, p]
     fn.restype = i
     return fn, ""
 

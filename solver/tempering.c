@@ -22,13 +22,16 @@ static inline double uniform(uint64_t *s) { return (next_u64(s) >> 11) * 0x1.0p-
 
 static inline int64_t below(uint64_t *s, int64_t n) { return (int64_t)(uniform(s) * (double)n); }
 
-/* New edge value of edge e (columns e, e + 1) of grid g: the slowest link. */
-static double edge_value(const int64_t *g, int r, int p, int e, const double *tpp, int n) {
-    double m = -INFINITY;
+/* New value of edge e (columns e, e + 1) of grid g: the slowest link; *mean: the mean. */
+static double edge_value(const int64_t *g, int r, int p, int e, const double *tpp, int n,
+                         double *mean) {
+    double m = -INFINITY, sum = 0.0;
     for (int rr = 0; rr < r; rr++) {
         double v = tpp[g[rr * p + e] * n + g[rr * p + e + 1]];
+        sum += v;
         if (v > m) m = v;
     }
+    *mean = sum / r;
     return m;
 }
 
@@ -57,18 +60,21 @@ static double column_sums(const int64_t *g, int r, int p, int s, int64_t gone, i
 int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *grids,
            double *sums, double *col_dp, double *edges, double *energy, int64_t *chain_at,
            const double *rung_temp, uint64_t *rng, int64_t step0, int64_t steps,
-           int exchange_every, double *best, int64_t *best_grid) {
+           int exchange_every, double *best, int64_t *best_grid, double *means, double *smooth,
+           const double *rung_lam) {
     const int n = r * p;
-    double buf1[4096], buf2[4096], newe[4];
+    double buf1[4096], buf2[4096], newe[4], newm[4];
     int touched[4];
     if (r > 4096 || n < 2) return -1;
     double *temp_of = (double *)__builtin_alloca(sizeof(double) * k);
-    for (int l = 0; l < k; l++) temp_of[chain_at[l]] = rung_temp[l];
+    double *lam_of = (double *)__builtin_alloca(sizeof(double) * k);
+    for (int l = 0; l < k; l++) { temp_of[chain_at[l]] = rung_temp[l]; lam_of[chain_at[l]] = rung_lam[l]; }
     for (int64_t step = step0; step < step0 + steps; step++) {
         for (int c = 0; c < k; c++) {
             int64_t *g = grids + (int64_t)c * n;
             double *S = sums + (int64_t)c * n, *cd = col_dp + (int64_t)c * p;
             double *ed = edges + (int64_t)c * (p > 1 ? p - 1 : 0);
+            double *em = means + (int64_t)c * (p > 1 ? p - 1 : 0);
             int64_t i = below(rng, n), j = (i + 1 + below(rng, n - 1)) % n;
             int s1 = (int)(i % p), s2 = (int)(j % p);
             int64_t a = g[i], b = g[j];
@@ -78,22 +84,34 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
                 dp1 = column_sums(g, r, p, s1, a, b, S, tdp, n, buf1);
                 dp2 = column_sums(g, r, p, s2, b, a, S, tdp, n, buf2);
             }
-            double dp = dp1 > dp2 ? dp1 : dp2;
+            double dp = dp1 > dp2 ? dp1 : dp2, dpsum = dp1 + (s1 != s2 ? dp2 : 0.0);
             for (int s = 0; s < p; s++)
-                if (s != s1 && s != s2 && cd[s] > dp) dp = cd[s];
-            double pipe = 0.0;
+                if (s != s1 && s != s2) {
+                    dpsum += cd[s];
+                    if (cd[s] > dp) dp = cd[s];
+                }
+            double pipe = 0.0, msum = 0.0;
             int nt = 0;
             if (p > 1) {
                 int cand[4] = {s1 - 1, s1, s2 - 1, s2};
                 for (int q = 0; q < 4; q++) {
                     int e = cand[q], dup = e < 0 || e > p - 2;
                     for (int w = 0; w < nt && !dup; w++) dup = touched[w] == e;
-                    if (!dup) { touched[nt] = e; newe[nt] = edge_value(g, r, p, e, tpp, n); nt++; }
+                    if (!dup) {
+                        touched[nt] = e;
+                        newe[nt] = edge_value(g, r, p, e, tpp, n, &newm[nt]);
+                        nt++;
+                    }
                 }
-                for (int e = 0; e < p - 1; e++) pipe += ed[e];
-                for (int w = 0; w < nt; w++) pipe += newe[w] - ed[touched[w]];
+                for (int e = 0; e < p - 1; e++) { pipe += ed[e]; msum += em[e]; }
+                for (int w = 0; w < nt; w++) {
+                    pipe += newe[w] - ed[touched[w]];
+                    msum += newm[w] - em[touched[w]];
+                }
             }
-            double e_new = dp + 2.0 * pipe, delta = e_new - energy[c];
+            double e_new = dp + 2.0 * pipe;
+            double sm_new = dpsum / p + 2.0 * msum;
+            double delta = e_new - energy[c] + lam_of[c] * (sm_new - smooth[c]);
             if (delta <= 0.0 || uniform(rng) < exp(-delta / temp_of[c])) {
                 if (s1 != s2) {
                     for (int rr = 0; rr < r; rr++) {
@@ -102,8 +120,9 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
                     }
                     cd[s1] = dp1; cd[s2] = dp2;
                 }
-                for (int w = 0; w < nt; w++) ed[touched[w]] = newe[w];
+                for (int w = 0; w < nt; w++) { ed[touched[w]] = newe[w]; em[touched[w]] = newm[w]; }
                 energy[c] = e_new;
+                smooth[c] = sm_new;
                 if (e_new < *best - 1e-12 * (*best > 1.0 ? *best : 1.0)) {
                     *best = e_new;
                     memcpy(best_grid, g, sizeof(int64_t) * n);
@@ -116,10 +135,14 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
             int parity = (int)(((step + 1) / exchange_every) % 2);
             for (int l = parity; l + 1 < k; l += 2) {
                 int64_t x = chain_at[l], y = chain_at[l + 1];
-                double arg = (energy[x] - energy[y]) * (1.0 / rung_temp[l] - 1.0 / rung_temp[l + 1]);
+                /* -log of the acceptance ratio of moving x up a rung and y down one */
+                double lo_x = energy[x] + rung_lam[l] * smooth[x], lo_y = energy[y] + rung_lam[l] * smooth[y];
+                double hi_x = energy[x] + rung_lam[l + 1] * smooth[x], hi_y = energy[y] + rung_lam[l + 1] * smooth[y];
+                double arg = (lo_x - lo_y) / rung_temp[l] + (hi_y - hi_x) / rung_temp[l + 1];
                 if (arg >= 0.0 || uniform(rng) < exp(arg)) {
                     chain_at[l] = y; chain_at[l + 1] = x;
                     temp_of[y] = rung_temp[l]; temp_of[x] = rung_temp[l + 1];
+                    lam_of[y] = rung_lam[l]; lam_of[x] = rung_lam[l + 1];
                 }
             }
         }

@@ -1,4 +1,4 @@
-"""Parallel tempering over as-launched grids, K chains advanced at once in numpy.
+"""Parallel tempering over as-launched grids: K chains, a compiled kernel or numpy.
 
 State: K grids ``G_k`` (``D_DP x D_PP``, scored as launched, solver.cost) with per-chain
 column DataP values and pipeline edge values. Chain ``k`` runs at temperature ``T_k``;
@@ -6,26 +6,35 @@ the temperatures form a geometric ladder from ``TAU_COLD`` to ``TAU_HOT`` times 
 start's Comm. One *step* proposes, in every chain at once, the swap of two random grid
 positions and scores it incrementally:
 
-- DataP: only the swapped devices' columns change; their DataP is recomputed from the
-  ``D_DP x D_DP`` blocks of ``T_dp`` (O(D_DP^2) per chain), the rest comes from the
-  stored column values;
+- DataP: only the swapped devices' columns change; each device keeps the sum of its
+  ``T_dp`` to its column's peers, so the two columns' new sums cost O(D_DP) (a device
+  that stays loses ``T_dp[d, gone]`` and gains ``T_dp[d, came]``), the rest comes from
+  the stored column values;
 - Pipeline: only edges ``s1 - 1, s1, s2 - 1, s2`` change; each is recomputed over its
   D_DP links (O(D_DP) per chain), duplicates counted once;
 
-and accepts it by Metropolis, ``u < exp(-(Comm' - Comm) / T_k)``. Every
-``EXCHANGE_EVERY`` steps, neighbours on the ladder exchange temperatures with
-probability ``min(1, exp((E_i - E_j)(1/T_i - 1/T_j)))`` (replica exchange; Hukushima
-and Nemoto, 1996), so a state found hot can cool and a cold chain stuck in a basin can
-warm up and leave it. One step costs O(K D_DP^2) array work in about 30 numpy calls,
-so for K = 24 the per-proposal cost is a few microseconds, against tens for rescoring a
-grid per proposal.
+and accepts it by Metropolis, ``u < exp(-(E' - E) / T_k)``. The energy of rung ``l``
+is ``E_l = Comm + lambda_l S`` with the smoothing term
+``S = mean_s DataP(s) + 2 sum_s mean_r T_pp[G[r, s], G[r, s + 1]]`` and ``lambda_l``
+rising linearly from 0 on the coldest rung to SMOOTHING on the hottest: Comm is a sum
+of maxima, flat wherever a change does not touch the slowest link or the worst device,
+and the hot rungs see through those plateaus while the cold ones sample Comm itself.
+Every ``EXCHANGE_EVERY`` steps, chains on neighbouring rungs ``l, l + 1`` exchange
+rungs with probability ``min(1, exp((E_l(x) - E_l(y)) / T_l + (E_{l+1}(y) - E_{l+1}(x)) / T_{l+1}))``
+(replica exchange with rung-dependent energies; Hukushima and Nemoto, 1996; Sugita,
+Kitao and Okamoto, 2000), so a state found hot can cool and a cold chain stuck in a
+basin can warm up and leave it. One proposal costs O(D_DP + D_PP) in the compiled
+kernel (solver/tempering.c, about 0.2 us); the numpy steps here (the fallback, plain
+Comm on every rung) cost O(K D_DP) array work per step of all K chains, a few us a
+proposal.
 
 Why: the descents of solver.anytime re-solve matchings and pipeline orders exactly, which
 costs milliseconds per descent (Held-Karp: 0.1 s at 16 stages); on hierarchical fabrics
 the good layouts lie several block exchanges away from every topology start, and a
 Metropolis walk over millions of cheap swaps crosses those ridges where a few hundred
-descents cannot (measured with benchmarks/anytime.py; see the module text there). The
+descents cannot (measured with benchmarks/anytime.py; figures in solver.anytime). The
 ladder needs no schedule, so its answer keeps improving with the time given.
+Cost per step of all K chains: O(K (D_DP + D_PP)).
 """
 
 from __future__ import annotations
@@ -43,6 +52,8 @@ CHAINS = 48
 EXCHANGE_EVERY = 20
 #: Seconds of kernel work between two stop tests (cancel, deadline).
 CHUNK_S = 0.02
+#: Weight of the smoothing term on the hottest rung (0 on the coldest; kernel only).
+SMOOTHING = 0.6
 
 
 class Ladder:
@@ -62,6 +73,7 @@ class Ladder:
         self.sums = np.repeat(self._sums(g)[None], self.k, axis=0)  # (k, n) by device
         self.edges = np.repeat(self._edges(g)[None], self.k, axis=0)
         self.energy = self.col_dp.max(axis=1) + 2.0 * self.edges.sum(axis=1)
+        self._smooth()
         e0 = float(self.energy[0])
         self.temps = e0 * np.geomspace(TAU_COLD, TAU_HOT, self.k)  # temps[c] of chain c
         self.best = float(e0)
@@ -93,6 +105,7 @@ class Ladder:
         self.sums[c] = self._sums(g)
         self.edges[c] = self._edges(g)
         self.energy[c] = self.col_dp[c].max() + 2.0 * self.edges[c].sum()
+        self._smooth()
         if self.energy[c] < self.best:
             self.best, self.best_grid = float(self.energy[c]), g.copy()
 
@@ -139,7 +152,18 @@ class Ladder:
             g = self.grids[c]
             self.col_dp[c], self.sums[c], self.edges[c] = self._col_dp(g), self._sums(g), self._edges(g)
         self.energy = self.col_dp.max(axis=1) + 2.0 * self.edges.sum(axis=1)
+        self._smooth()
         self.best = float(self._col_dp(self.best_grid).max() + 2.0 * self._edges(self.best_grid).sum())
+
+    def _means(self, g: np.ndarray) -> np.ndarray:
+        if self.p < 2:
+            return np.zeros(0)
+        return self.t_pp[g[:, :-1], g[:, 1:]].mean(axis=0)
+
+    def _smooth(self) -> None:
+        """Per-edge mean links and the surrogate energy the chains accept by."""
+        self.means = np.ascontiguousarray([self._means(g) for g in self.grids]).reshape(self.k, -1)
+        self.smooth = np.ascontiguousarray(self.col_dp.mean(axis=1) + 2.0 * self.means.sum(axis=1))
 
     def _run_native(self, fn, steps: int, stop, on_best) -> int:
         """Steps in the compiled kernel, in chunks of about CHUNK_S seconds between stop tests."""
@@ -151,12 +175,14 @@ class Ladder:
         arrays = [self.t_pp, self.t_dp, self.grids, self.sums, self.col_dp, self.edges,
                   self.energy, order, rung_temp, self.rng_state]
         ptrs = [a.ctypes.data for a in arrays]
+        rung_lam = np.ascontiguousarray(SMOOTHING * np.linspace(0.0, 1.0, k))
+        tail = (self.means.ctypes.data, self.smooth.ctypes.data, rung_lam.ctypes.data)
         done, chunk, told = 0, 8, self.best
         while done < steps and not stop():
             now = min(chunk, steps - done)
             t0 = time.perf_counter()
             fn(k, r, p, *ptrs, self.steps + done, now, EXCHANGE_EVERY, ctypes.byref(best),
-               best_grid.ctypes.data)
+               best_grid.ctypes.data, *tail)
             done += now
             if best.value < told - 1e-9 * max(1.0, told):  # the anytime trace, as it happens
                 told = best.value

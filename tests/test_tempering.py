@@ -51,6 +51,9 @@ def test_kernel_steps_keep_running_sums_exact_before_the_resync():
     for c in range(ladder.k):
         assert ladder.energy[c] == pytest.approx(model.score_grid(ladder.grids[c]).comm, rel=1e-9)
         assert np.allclose(ladder.sums[c], ladder._sums(ladder.grids[c]))
+        assert np.allclose(ladder.means[c], ladder._means(ladder.grids[c]))
+        g = ladder.grids[c]
+        assert ladder.smooth[c] == pytest.approx(ladder._col_dp(g).mean() + 2 * ladder._means(g).sum())
 
 
 @pytest.mark.parametrize("use_native", [True, False])
