@@ -39,6 +39,7 @@ from scipy.cluster.hierarchy import leaves_list, linkage
 from scipy.spatial.distance import squareform
 
 from solver.anytime import WALK_SWEEPS_TIMED, temper_walk
+from solver import native
 from solver.cost import CostModel, Score, rank_map_from_grid
 from solver.descent import descend, polish
 from solver.enumerate import optimal_grid
@@ -408,6 +409,8 @@ def _result(run: _Run, model: CostModel, seed: int, restarts: int, workers: int,
         message = OPTIMAL_BY_BOUND
     if errors:
         message += f"; {len(errors)} worker(s) lost: " + "; ".join(errors)
+    if run.restart and native.kernel() is None:
+        message += f"; tempering stepped in numpy, about 20x slower ({native.why_not()})"
     return PlacementResult(
         x=rank_map_from_grid(run.best), fun=score.comm, score=score, status=run.status,
         message=message, nit=run.nit, nfev=run.nfev, elapsed_s=run.elapsed(), seed=seed,

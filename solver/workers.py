@@ -38,6 +38,7 @@ from typing import Callable
 
 import numpy as np
 
+from solver import native
 from solver.anytime import Walk, temper, walk
 from solver.descent import Effort
 
@@ -193,6 +194,7 @@ class WorkerPool:
             self.workers = 1
 
     def _start(self) -> None:
+        native.kernel()  # built once here, before the workers would each try to
         if self.workers > 1:
             ctx = _context()
             self.stop_event = ctx.Event()
