@@ -1,6 +1,10 @@
-"""Anytime improvement: iterated local search with annealed acceptance and group mixing.
+"""Anytime improvement: the walks a worker runs in one round (solver.workers).
 
-One *walk* starts from the best placement known (the elite) and repeats::
+Two kinds. ``temper`` (the default, see "Why tempering" below) continues the worker's
+parallel-tempering ladder (solver.tempering) for the round, then descends its best; it
+is a pure function of the elite, the ladder kept from the worker's earlier rounds and
+its budget. ``walk``, an iterated local search with annealed acceptance and group
+mixing, starts from the best placement known (the elite) and repeats::
 
     candidate = descend(perturb(current))            (solver.descent)
     current   = candidate  if Comm(candidate) < Comm(current)
@@ -17,9 +21,8 @@ Perturbations alternate between two kinds:
   takes to leave the basins seen on hierarchical fabrics, where a good layout differs
   from a local optimum by exchanging several hosts between stage groups at once.
 
-Every other walk (alternating over workers and rounds) is *hot-started*: it first runs
-a heat-bath annealing from the elite (solver.anneal) over most of its budget, then the
-ILS from where that ended, so some walks always explore far from the elite.
+A *hot-started* ILS walk (kind "anneal") first runs a heat-bath annealing from the
+elite (solver.anneal) over most of its budget, then the ILS from where that ended.
 
 Acceptance: tau (relative temperature) falls geometrically from ``TAU_START`` to
 ``TAU_END`` over a walk, so early in a walk it crosses ridges of a few percent and late
@@ -204,6 +207,9 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
                       on_best=lambda f: on_best(f) if f < best - 1e-12 * max(1.0, best) else None)
     effort.nfev += done * ladder.k
     improved(ladder.best, "parallel tempering", ladder.best_grid)
+    if cancel():  # cancelled, or the time limit is reached: hand back what the ladder has
+        return Walk(best_grid, best, strategy, effort.nfev - start_nfev, effort.nit - start_nit,
+                    done, trace)
     # its own budget: it runs even when the walk's clock ended the ladder
     descent = Effort(min(DESCENT_SWEEPS * model.n * model.n, DESCENT_MAX), cancel)
     state = descend(model, ladder.best_grid, rng, descent)

@@ -1,13 +1,16 @@
 """The compiled tempering kernel (solver/tempering.c): built on first use, else numpy.
 
 ``kernel()`` returns the loaded ``pt_run`` function, or None when it cannot be had; the
-search then steps its chains in numpy (solver.tempering), slower but the same method.
+search then steps its chains in numpy (solver.tempering): about 20x slower, and without
+the kernel's smoothing term, so its results differ from the kernel's.
 
 Build: ``$CC`` (default ``gcc``) ``-O2 -shared -fPIC`` into a per-user cache folder,
 ``$XDG_CACHE_HOME/geoconsole`` (default ``~/.cache/geoconsole``), as
-``tempering-<hash of the source and the compiler command>.so``. The folder is created
-mode 0700; a library is loaded only from a folder and a file owned by this user and not
-writable by group or others, so nobody else can swap the code this process runs. The
+``tempering-<hash of the source, the compiler command and the platform>.so``. The
+folder is created mode 0700; a library is loaded only from a folder and a file owned by
+this user and not writable by group or others (the file is checked on the descriptor
+that is loaded, opened without following links), so nobody else can swap the code this
+process runs. The
 build writes a temporary file and renames it into place, so concurrent first uses
 (worker processes) never load a half-written library. ``GEOCONSOLE_NATIVE=0`` turns the
 kernel off.
@@ -18,9 +21,11 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import platform
 import shlex
 import stat
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -62,17 +67,30 @@ def _load():
     cc = shlex.split(os.environ.get("CC") or "gcc")
     try:
         text = SOURCE.read_bytes()
-        digest = hashlib.sha256(text + " ".join(cc + list(CFLAGS)).encode()).hexdigest()[:16]
+        host = " ".join([*cc, *CFLAGS, sys.platform, platform.machine()])
+        digest = hashlib.sha256(text + host.encode()).hexdigest()[:16]
         folder = cache_dir()
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not _private(folder, True):
             return None, f"{folder}: not a private folder of this user"
         target = folder / f"tempering-{digest}.so"
-        if not target.exists():
+        if not os.path.lexists(target):
             _build(target, cc)
-        if not _private(target, False):
-            return None, f"{target}: not a private file of this user"
-        lib = ctypes.CDLL(str(target))
+        # check the file that is opened, not the name: open it without following a
+        # link, check that descriptor, and load through it
+        fd = os.open(target, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            st = os.fstat(fd)
+            if not (stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()
+                    and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+                return None, f"{target}: not a private file of this user"
+            by_fd = f"/proc/self/fd/{fd}"
+            lib = ctypes.CDLL(by_fd if os.path.exists(by_fd) else str(target))
+        finally:
+            os.close(fd)
+    except subprocess.CalledProcessError as exc:
+        last = (exc.stderr or b"").decode(errors="replace").strip().splitlines()[-1:]
+        return None, f"could not build the tempering kernel ({' '.join(cc)}: {last[0] if last else exc})"
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         return None, f"could not build or load the tempering kernel ({exc})"
     fn = lib.pt_run
@@ -87,6 +105,11 @@ def kernel():
     if "fn" not in _loaded:
         _loaded["fn"], _loaded["why"] = _load()
     return _loaded["fn"]
+
+
+def disable(why: str) -> None:
+    """Do without the kernel in this process (a worker whose parent could not build it)."""
+    _loaded["fn"], _loaded["why"] = None, why
 
 
 def why_not() -> str:

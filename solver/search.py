@@ -53,9 +53,10 @@ SKIP_START_RATIO = 1.25
 DEFAULT_PATIENCE = 3
 #: Most anytime rounds under the default stop rule (no budget, no time limit).
 MAX_DEFAULT_ROUNDS = 6
-#: Under a time limit, walks are shortened so that at least this many rounds fit in it
-#: (a walk's annealing schedule is measured in scored swaps, so a walk cut short by the
-#: clock would end hot); this makes time-limited runs depend on machine speed.
+#: Under a time limit, a round lasts about 1/ROUNDS_IN_LIMIT of the time left after the
+#: starts (at least MIN_ROUND_S), plus its closing descent, so the workers share their
+#: best that often; ILS walks are also shortened to fit (their annealing schedule is
+#: measured in scored swaps). This makes time-limited runs depend on machine speed.
 ROUNDS_IN_LIMIT = 8
 #: Shortest walk, in seconds, under a time limit.
 MIN_ROUND_S = 0.5
@@ -309,7 +310,8 @@ def _rounds_plan(run: _Run, model: CostModel, seed: int, patience: int, budget_g
         if not budget_given:
             left = 1 << 62
     return Rounds(seed=seed, walk_evals=int(walk), patience=patience, budget=int(left),
-                  deadline=run.deadline, round_s=round_s)
+                  deadline=run.deadline, round_s=round_s,
+                  by_clock=run.deadline is not None and not budget_given)
 
 
 def _rounds_phase(run: _Run, model: CostModel, pool: WorkerPool, plan: Rounds) -> list[str]:
@@ -381,7 +383,10 @@ def solve(
         starter = threading.Thread(target=pool.start, name="solver-pool-start", daemon=True)
         starter.start()
         try:
-            _starts_phase(run, model, rng, seed_orders)
+            try:
+                _starts_phase(run, model, rng, seed_orders)
+            finally:
+                run.phase_deadline = None
             starter.join()
             if anytime:
                 plan = _rounds_plan(run, model, seed, restarts, budget is not None, workers)

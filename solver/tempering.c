@@ -8,6 +8,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
@@ -56,18 +57,21 @@ static double column_sums(const int64_t *g, int r, int p, int s, int64_t gone, i
 /* Advance k chains by ``steps`` steps from step number ``step0``; returns 0.
  * grids: (k, r * p) device ids; sums: (k, n) peer sum per device; col_dp: (k, p);
  * edges: (k, p - 1); energy: (k,); chain_at: (k,) chain on each rung, coldest first;
- * rung_temp: (k,) temperature of each rung; best_grid: (r * p,) kept with *best. */
+ * rung_temp: (k,) temperature of each rung; best_grid: (r * p,) kept with *best;
+ * means: (k, p - 1) mean link per edge; smooth: (k,) smoothing term S; rung_lam: (k,)
+ * its weight on each rung. Returns 0, -1 for bad sizes, -2 when out of memory. */
 int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *grids,
            double *sums, double *col_dp, double *edges, double *energy, int64_t *chain_at,
            const double *rung_temp, uint64_t *rng, int64_t step0, int64_t steps,
            int exchange_every, double *best, int64_t *best_grid, double *means, double *smooth,
            const double *rung_lam) {
     const int n = r * p;
-    double buf1[4096], buf2[4096], newe[4], newm[4];
+    double newe[4], newm[4];
     int touched[4];
-    if (r > 4096 || n < 2) return -1;
-    double *temp_of = (double *)__builtin_alloca(sizeof(double) * k);
-    double *lam_of = (double *)__builtin_alloca(sizeof(double) * k);
+    if (n < 2 || k < 1) return -1;
+    double *work = malloc(sizeof(double) * (2 * (size_t)r + 2 * (size_t)k));
+    if (work == NULL) return -2;
+    double *buf1 = work, *buf2 = work + r, *temp_of = work + 2 * r, *lam_of = temp_of + k;
     for (int l = 0; l < k; l++) { temp_of[chain_at[l]] = rung_temp[l]; lam_of[chain_at[l]] = rung_lam[l]; }
     for (int64_t step = step0; step < step0 + steps; step++) {
         for (int c = 0; c < k; c++) {
@@ -147,5 +151,6 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
             }
         }
     }
+    free(work);
     return 0;
 }

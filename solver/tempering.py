@@ -63,8 +63,9 @@ class Ladder:
                  use_native: bool = True) -> None:
         self.use_native = use_native
         self.rng_state = rng.integers(1, 2**63, size=4, dtype=np.int64).view(np.uint64)  # kernel's stream
-        self.t_pp, self.t_dp = model.t_pp, model.t_dp
-        g = np.asarray(grid, dtype=int)
+        self.t_pp = np.ascontiguousarray(model.t_pp, dtype=np.float64)
+        self.t_dp = np.ascontiguousarray(model.t_dp, dtype=np.float64)
+        g = np.ascontiguousarray(grid, dtype=np.int64)
         self.r, self.p = g.shape
         self.k = int(chains)
         self.rng = rng
@@ -75,7 +76,8 @@ class Ladder:
         self.energy = self.col_dp.max(axis=1) + 2.0 * self.edges.sum(axis=1)
         self._smooth()
         e0 = float(self.energy[0])
-        self.temps = e0 * np.geomspace(TAU_COLD, TAU_HOT, self.k)  # temps[c] of chain c
+        scale = e0 if e0 > 0 else 1.0  # a Comm of 0 leaves nothing to improve
+        self.temps = scale * np.geomspace(TAU_COLD, TAU_HOT, self.k)  # temps[c] of chain c
         self.best = float(e0)
         self.best_grid = g.copy()
         self.steps = 0
@@ -99,7 +101,7 @@ class Ladder:
     def inject(self, grid: np.ndarray, fun: float) -> None:
         """Put ``grid`` into the coldest chain (an elite found elsewhere)."""
         c = int(np.argmin(self.temps))
-        g = np.asarray(grid, dtype=int)
+        g = np.asarray(grid, dtype=np.int64)
         self.grids[c] = g
         self.col_dp[c] = self._col_dp(g)
         self.sums[c] = self._sums(g)
@@ -137,9 +139,8 @@ class Ladder:
         accumulates across walks, and ``best`` is the best grid's score from scratch."""
         before = self.best
         fn = native.kernel() if self.use_native else None
-        if fn is not None:
-            done = self._run_native(fn, steps, stop, on_best)
-        else:
+        done = self._run_native(fn, steps, stop, on_best) if fn is not None else None
+        if done is None:  # no kernel, or it refused these sizes
             done = self._run_numpy(steps, stop)
         self.steps += done
         self._resync()
@@ -153,7 +154,7 @@ class Ladder:
             self.col_dp[c], self.sums[c], self.edges[c] = self._col_dp(g), self._sums(g), self._edges(g)
         self.energy = self.col_dp.max(axis=1) + 2.0 * self.edges.sum(axis=1)
         self._smooth()
-        self.best = float(self._col_dp(self.best_grid).max() + 2.0 * self._edges(self.best_grid).sum())
+        self.best = self._score(self.best_grid)
 
     def _means(self, g: np.ndarray) -> np.ndarray:
         if self.p < 2:
@@ -165,8 +166,12 @@ class Ladder:
         self.means = np.ascontiguousarray([self._means(g) for g in self.grids]).reshape(self.k, -1)
         self.smooth = np.ascontiguousarray(self.col_dp.mean(axis=1) + 2.0 * self.means.sum(axis=1))
 
-    def _run_native(self, fn, steps: int, stop, on_best) -> int:
-        """Steps in the compiled kernel, in chunks of about CHUNK_S seconds between stop tests."""
+    def _score(self, g: np.ndarray) -> float:
+        return float(self._col_dp(g).max() + 2.0 * self._edges(g).sum())
+
+    def _run_native(self, fn, steps: int, stop, on_best) -> int | None:
+        """Steps in the compiled kernel, in chunks of about CHUNK_S seconds between stop
+        tests; None (nothing done) if the kernel refuses the sizes."""
         k, r, p = self.k, self.r, self.p
         order = np.argsort(self.temps, kind="stable").astype(np.int64)
         rung_temp = np.ascontiguousarray(self.temps[order])
@@ -174,19 +179,27 @@ class Ladder:
         best_grid = np.ascontiguousarray(self.best_grid.ravel(), dtype=np.int64)
         arrays = [self.t_pp, self.t_dp, self.grids, self.sums, self.col_dp, self.edges,
                   self.energy, order, rung_temp, self.rng_state]
-        ptrs = [a.ctypes.data for a in arrays]
         rung_lam = np.ascontiguousarray(SMOOTHING * np.linspace(0.0, 1.0, k))
+        kinds = {np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.uint64)}
+        if not all(a.flags.c_contiguous and a.dtype in kinds for a in arrays + [self.means, self.smooth]):
+            return None  # never hand the kernel memory laid out otherwise
+        ptrs = [a.ctypes.data for a in arrays]
         tail = (self.means.ctypes.data, self.smooth.ctypes.data, rung_lam.ctypes.data)
         done, chunk, told = 0, 8, self.best
         while done < steps and not stop():
             now = min(chunk, steps - done)
             t0 = time.perf_counter()
-            fn(k, r, p, *ptrs, self.steps + done, now, EXCHANGE_EVERY, ctypes.byref(best),
-               best_grid.ctypes.data, *tail)
+            code = fn(k, r, p, *ptrs, self.steps + done, now, EXCHANGE_EVERY, ctypes.byref(best),
+                      best_grid.ctypes.data, *tail)
+            if code != 0:
+                if done == 0:
+                    self.use_native = False
+                    return None
+                break
             done += now
             if best.value < told - 1e-9 * max(1.0, told):  # the anytime trace, as it happens
                 told = best.value
-                on_best(told)
+                on_best(self._score(best_grid.reshape(r, p)))  # exact, not the running sums
             spent = time.perf_counter() - t0
             chunk = int(min(max(1, chunk * 4), max(1, now * CHUNK_S / max(spent, 1e-6))))
         self.temps[order] = rung_temp

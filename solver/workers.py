@@ -16,8 +16,8 @@ caller runs the topology starts, so their start-up (importing numpy and scipy) o
 useful work.
 
 Cancellation: one shared ``Event`` that every worker tests in its stop check (between
-device batches, every few milliseconds), so a cancel stops all of them at once; each
-then reports the best of its walk. A worker that dies (killed, out of memory) is seen
+kernel chunks of about 20 ms, or device batches), so a cancel stops all of them at
+once; each then reports the best of its walk (after re-scoring its chains, a few ms). A worker that dies (killed, out of memory) is seen
 through its process sentinel, reported in ``Outcome.errors``, and the search goes on
 with the others; a worker that does not answer within ``STOP_GRACE_S`` of a stop is
 terminated.
@@ -53,6 +53,8 @@ WORKER_NICE = 4
 #: the worker's parallel-tempering ladder, "ils" is the annealed ILS, "anneal" the ILS
 #: after a heat-bath annealing run.
 WALK_MIX = ("tempering",)
+#: Share of a round's length the descent that ends a tempering walk may add to it.
+DESCENT_GRACE = 0.25
 
 
 def available_cores() -> int:
@@ -87,6 +89,7 @@ class Rounds:
     budget: int  #: most swaps scored over all rounds (no deadline)
     deadline: float | None  #: time.monotonic() at which to stop
     round_s: float | None = None  #: with a deadline, most seconds per walk (rounds share the best)
+    by_clock: bool = False  #: with a deadline and no budget: tempering walks end by the clock alone
 
 
 def _context():
@@ -116,10 +119,13 @@ def _one_walk(model, index, k, grid, fun, plan: Rounds, stop, on_best, memory: d
     prefix = f"worker {index}: "
     kind = walk_kind(index, k)
     if kind == "tempering":
-        if deadline is not None:  # no schedule to fit: the walk runs until its round ends
+        if deadline is not None and plan.by_clock:  # no schedule to fit: it runs until its round ends
             effort = Effort(1 << 62, should_stop)
+        # the descent that ends the walk may run a little past the round, never past the limit
+        late = None if deadline is None else min(plan.deadline, deadline + DESCENT_GRACE * (plan.round_s or 0.0))
+
         def cancel() -> bool:
-            return stop() or (plan.deadline is not None and clock() >= plan.deadline)
+            return stop() or (late is not None and clock() >= late)
 
         return temper(model, grid, fun, rng, effort, memory, seed=[plan.seed, index], clock=clock,
                       cancel=cancel, on_best=on_best, strategy_prefix=prefix)
@@ -141,8 +147,13 @@ def _orphan_check(every: int = 256) -> Callable[[], bool]:
     return gone
 
 
-def _worker_main(conn, stop_event, model, index: int) -> None:
-    """Body of a worker process: run walks on request until told to quit (or orphaned)."""
+def _worker_main(conn, stop_event, model, index: int, no_kernel: str | None = None) -> None:
+    """Body of a worker process: run walks on request until told to quit (or orphaned).
+
+    ``no_kernel``: why the parent could not have the tempering kernel (this process does
+    not try again)."""
+    if no_kernel is not None:
+        native.disable(no_kernel)
     orphaned = _orphan_check()
     # Ctrl-C in a terminal reaches the whole process group: the caller decides how to
     # stop (it sets stop_event and keeps the best so far), so a worker ignores it.
@@ -194,13 +205,13 @@ class WorkerPool:
             self.workers = 1
 
     def _start(self) -> None:
-        native.kernel()  # built once here, before the workers would each try to
+        no_kernel = None if native.kernel() is not None else native.why_not()  # built once, here
         if self.workers > 1:
             ctx = _context()
             self.stop_event = ctx.Event()
             for w in range(self.workers):
                 parent, child = ctx.Pipe()
-                proc = ctx.Process(target=_worker_main, args=(child, self.stop_event, self.model, w),
+                proc = ctx.Process(target=_worker_main, args=(child, self.stop_event, self.model, w, no_kernel),
                                    daemon=True, name=f"geoconsole-solver-{w}")
                 proc.start()
                 child.close()
