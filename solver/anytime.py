@@ -79,6 +79,8 @@ MIN_TEMPER_STEPS = 2000
 DESCENT_SWEEPS = 2
 #: ... and at most this many scored swaps (a sweep is 16.7 million at 4096 devices).
 DESCENT_MAX = 2_000_000
+#: Most devices for a full closing descent; above, the walk's best is only polished.
+DESCENT_FULL_N = 512
 
 
 @dataclass(eq=False)
@@ -95,8 +97,11 @@ class Walk:
 
 
 def temper_walk(n: int) -> int:
-    """Scored swaps of one tempering walk under the default stop rule."""
-    return int(min(TEMPER_SWEEPS * n * n, TEMPER_MAX))
+    """Scored swaps of one tempering walk under the default stop rule: TEMPER_SWEEPS
+    sweeps, at most TEMPER_MAX, scaled down by (512 / N)^2 above 512 devices (there the
+    matrices outgrow the caches and a proposal costs about 2.4 us at 1024 devices, 10x
+    more than at 200, while the starts take most of the default's time)."""
+    return int(min(TEMPER_SWEEPS * n * n, TEMPER_MAX * min(1.0, 512 / max(n, 1)) ** 2))
 
 
 def _critical(model, grid: np.ndarray) -> np.ndarray:
@@ -210,8 +215,10 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     if cancel():  # cancelled, or the time limit is reached: hand back what the ladder has
         return Walk(best_grid, best, strategy, effort.nfev - start_nfev, effort.nit - start_nit,
                     done, trace)
-    # its own budget: it runs even when the walk's clock ended the ladder
-    descent = Effort(min(DESCENT_SWEEPS * model.n * model.n, DESCENT_MAX), cancel)
+    # its own budget: it runs even when the walk's clock ended the ladder; above
+    # DESCENT_FULL_N devices only the polish (a partition pass alone is 4 N matchings)
+    sweeps = DESCENT_SWEEPS * model.n * model.n if model.n <= DESCENT_FULL_N else 0
+    descent = Effort(min(sweeps, DESCENT_MAX), cancel)
     state = descend(model, ladder.best_grid, rng, descent)
     effort.nfev += descent.nfev
     effort.nit += descent.nit

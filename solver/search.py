@@ -132,18 +132,20 @@ class PlacementResult:
 
 def default_budget(n: int) -> int:
     """Swaps scored when no budget is given: about ``sweeps`` full local-search sweeps
-    (N^2 swaps each), 40 up to 204 devices, fewer beyond (8 at 1024, 1 above 2048), so the
+    (N^2 swaps each), 40 up to 204 devices, fewer beyond (8 at 1024, 1/2 above 2048), so the
     search ends in seconds at 64 devices, under a minute at 1024 and within about five
     minutes at 4096 on two cores."""
-    sweeps = max(2, min(40, 8192 // max(n, 1))) if n <= 2048 else 1
+    sweeps = max(2, min(40, 8192 // max(n, 1))) if n <= 2048 else 0.5
     return int(max(sweeps * n * n, 200_000))
 
 
 def rounds_budget(n: int, workers: int) -> int:
     """Swaps scored by the anytime rounds when neither a budget nor a time limit is given:
     MAX_DEFAULT_ROUNDS rounds of every worker's tempering walk (``temper_walk(N)``:
-    500 sweeps of N^2, at most 20 million swaps, about 4 s each with the compiled kernel)."""
-    return MAX_DEFAULT_ROUNDS * temper_walk(n) * workers
+    500 sweeps of N^2, at most 20 million swaps, about 4 s each with the compiled kernel),
+    2 rounds above 512 devices."""
+    rounds = MAX_DEFAULT_ROUNDS if n <= 512 else 2
+    return rounds * temper_walk(n) * workers
 
 
 def _orders(model: CostModel, extra: Sequence[Sequence[int]] | None) -> list[tuple[str, np.ndarray]]:
@@ -298,8 +300,11 @@ def _rounds_plan(run: _Run, model: CostModel, seed: int, patience: int, budget_g
                  workers: int) -> Rounds:
     n2 = model.n * model.n
     left = max(0, run.budget - run.nfev) if budget_given else rounds_budget(model.n, workers)
-    walk = max(n2, min(temper_walk(model.n) if run.deadline is None else WALK_SWEEPS_TIMED * n2,
-                       left // max(1, workers)))
+    if run.deadline is None and not budget_given:  # the default rule: whole tempering walks
+        walk = temper_walk(model.n)
+    else:
+        walk = max(n2, min(temper_walk(model.n) if run.deadline is None else WALK_SWEEPS_TIMED * n2,
+                           left // max(1, workers)))
     if run.deadline is not None:  # let at least ROUNDS_IN_LIMIT rounds fit the time left
         rate = run.nfev / max(run.elapsed(), 1e-3)  # swaps scored per second by the starts
         left_s = max(0.0, run.deadline - time.monotonic())
