@@ -1,6 +1,6 @@
 """What the placement search needs from a cost model (a structural interface).
 
-The search (solver.search, solver.descent, solver.anytime, solver.anneal, solver.workers)
+The search (solver.search, solver.descent, solver.anytime, solver.tempering, solver.workers)
 only ever calls the methods below, so another objective — DT-FM's Comm plus a compute
 or memory term for mixed GPU generations, as the spec's "extend the objective" asks —
 slots in by providing them; ``solver.cost.CostModel`` is the DT-FM implementation and

@@ -55,8 +55,8 @@ DEFAULT_PATIENCE = 3
 MAX_DEFAULT_ROUNDS = 6
 #: Under a time limit, a round lasts about 1/ROUNDS_IN_LIMIT of the time left after the
 #: starts (at least MIN_ROUND_S), plus its closing descent, so the workers share their
-#: best that often; ILS walks are also shortened to fit (their annealing schedule is
-#: measured in scored swaps). This makes time-limited runs depend on machine speed.
+#: best that often; with a --budget too, walks are also shortened to fit. This makes
+#: time-limited runs depend on machine speed.
 ROUNDS_IN_LIMIT = 8
 #: Shortest walk, in seconds, under a time limit.
 MIN_ROUND_S = 0.5

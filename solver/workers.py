@@ -1,15 +1,16 @@
 """Parallel anytime search: walks in worker processes, in rounds, sharing the best.
 
 Round ``k`` hands every worker ``w`` the best placement known (the elite) and a random
-stream seeded ``(seed, w, k)``; each runs one walk of the kind ``walk_kind(w, k)``
-(WALK_MIX: parallel tempering, whose ladder the worker keeps between rounds, seeded
-``(seed, w)``; solver.anytime) for a fixed number of scored swaps, or, under a time
-limit, until the round's share of it, the deadline or a cancel. When every worker has answered, the
+stream seeded ``(seed, w, k)``; each runs one tempering walk (solver.anytime; the worker
+keeps its ladder between rounds, seeded ``(seed, w)``) for a fixed number of scored
+swaps, or, under a time limit, until the round's share of it, the deadline or a cancel.
+When every worker has answered, the
 best walk (ties: lowest worker index) becomes the elite of round ``k + 1``. Without a
 deadline a round is a pure function of the elite, the seed and the worker count, so the
 whole search is reproducible for a given ``seed`` and ``workers``.
 
-Processes, not threads: a walk is Python-level loops over numpy calls and holds the
+Processes, not threads: between kernel calls a walk is Python-level numpy work (the
+ladder's book-keeping, the closing descent) that holds the
 GIL. Workers are forked from a ``forkserver`` (``spawn`` where that is missing), never
 from the caller itself, which may be a multi-threaded console. They start while the
 caller runs the topology starts, so their start-up (importing numpy and scipy) overlaps
@@ -39,7 +40,7 @@ from typing import Callable
 import numpy as np
 
 from solver import native
-from solver.anytime import Walk, temper, walk
+from solver.anytime import Walk, temper
 from solver.descent import Effort
 
 #: Seconds a stopped worker gets to hand back its best before it is terminated.
@@ -49,10 +50,6 @@ POLL_S = 0.05
 #: Niceness added to worker processes, so the process that started them (the console's
 #: UI, a shell) stays responsive when the workers take every core.
 WORKER_NICE = 4
-#: Walk kinds, cycled over workers and rounds (solver.anytime): "tempering" continues
-#: the worker's parallel-tempering ladder, "ils" is the annealed ILS, "anneal" the ILS
-#: after a heat-bath annealing run.
-WALK_MIX = ("tempering",)
 #: Share of a round's length the descent that ends a tempering walk may add to it.
 DESCENT_GRACE = 0.25
 
@@ -100,11 +97,6 @@ def _context():
     return ctx
 
 
-def walk_kind(index: int, k: int) -> str:
-    """Which walk worker ``index`` runs in round ``k``: WALK_MIX, cycled."""
-    return WALK_MIX[(index + k) % len(WALK_MIX)]
-
-
 def _one_walk(model, index, k, grid, fun, plan: Rounds, stop, on_best, memory: dict) -> Walk:
     clock = time.monotonic
     deadline = plan.deadline
@@ -115,22 +107,16 @@ def _one_walk(model, index, k, grid, fun, plan: Rounds, stop, on_best, memory: d
         return stop() or (deadline is not None and clock() >= deadline)
 
     rng = np.random.default_rng([plan.seed, index, k])
-    effort = Effort(plan.walk_evals, should_stop)
-    prefix = f"worker {index}: "
-    kind = walk_kind(index, k)
-    if kind == "tempering":
-        if deadline is not None and plan.by_clock:  # no schedule to fit: it runs until its round ends
-            effort = Effort(1 << 62, should_stop)
-        # the descent that ends the walk may run a little past the round, never past the limit
-        late = None if deadline is None else min(plan.deadline, deadline + DESCENT_GRACE * (plan.round_s or 0.0))
+    # under a time limit and no budget there is no schedule to fit: it runs until its round ends
+    effort = Effort(1 << 62 if deadline is not None and plan.by_clock else plan.walk_evals, should_stop)
+    # the descent that ends the walk may run a little past the round, never past the limit
+    late = None if deadline is None else min(plan.deadline, deadline + DESCENT_GRACE * (plan.round_s or 0.0))
 
-        def cancel() -> bool:
-            return stop() or (late is not None and clock() >= late)
+    def cancel() -> bool:
+        return stop() or (late is not None and clock() >= late)
 
-        return temper(model, grid, fun, rng, effort, memory, seed=[plan.seed, index], clock=clock,
-                      cancel=cancel, on_best=on_best, strategy_prefix=prefix)
-    return walk(model, grid, fun, rng, effort, clock=clock, on_best=on_best,
-                strategy_prefix=prefix, hot_start=kind == "anneal")
+    return temper(model, grid, fun, rng, effort, memory, seed=[plan.seed, index], clock=clock,
+                  cancel=cancel, on_best=on_best, strategy_prefix=f"worker {index}: ")
 
 
 def _orphan_check(every: int = 256) -> Callable[[], bool]:
