@@ -62,6 +62,7 @@ class Ladder:
     def __init__(self, model, grid: np.ndarray, rng: np.random.Generator, chains: int = CHAINS,
                  use_native: bool = True) -> None:
         self.use_native = use_native
+        self.model = model
         self.rng_state = rng.integers(1, 2**63, size=4, dtype=np.int64).view(np.uint64)  # kernel's stream
         self.t_pp = np.ascontiguousarray(model.t_pp, dtype=np.float64)
         self.t_dp = np.ascontiguousarray(model.t_dp, dtype=np.float64)
@@ -69,11 +70,12 @@ class Ladder:
         self.r, self.p = g.shape
         self.k = int(chains)
         self.rng = rng
+        score = model.score_grid(g)
         self.grids = np.repeat(g[None], self.k, axis=0)
-        self.col_dp = np.repeat(self._col_dp(g)[None], self.k, axis=0)
+        self.col_dp = np.repeat(score.stage_data_p[None], self.k, axis=0)
         self.sums = np.repeat(self._sums(g)[None], self.k, axis=0)  # (k, n) by device
-        self.edges = np.repeat(self._edges(g)[None], self.k, axis=0)
-        self.energy = self.col_dp.max(axis=1) + 2.0 * self.edges.sum(axis=1)
+        self.edges = np.repeat(score.edge_s[None], self.k, axis=0)
+        self.energy = np.full(self.k, score.comm)
         self._smooth()
         e0 = float(self.energy[0])
         scale = e0 if e0 > 0 else 1.0  # a Comm of 0 leaves nothing to improve
@@ -82,10 +84,6 @@ class Ladder:
         self.best_grid = g.copy()
         self.steps = 0
 
-    def _col_dp(self, g: np.ndarray) -> np.ndarray:
-        cols = g.T
-        return self.t_dp[cols[:, :, None], cols[:, None, :]].sum(axis=2).max(axis=1)
-
     def _sums(self, g: np.ndarray) -> np.ndarray:
         """Per device, the sum of ``T_dp`` to the peers of its column."""
         out = np.empty(g.size)
@@ -93,20 +91,18 @@ class Ladder:
             out[col] = self.t_dp[np.ix_(col, col)].sum(axis=1)
         return out
 
-    def _edges(self, g: np.ndarray) -> np.ndarray:
-        if self.p < 2:
-            return np.zeros(0)
-        return self.t_pp[g[:, :-1], g[:, 1:]].max(axis=0)
+    def _load(self, c: int, g: np.ndarray) -> None:
+        """Chain ``c``'s grid, column DataP, peer sums, edges and Comm, from scratch."""
+        score = self.model.score_grid(g)
+        self.grids[c] = g
+        self.col_dp[c], self.edges[c], self.energy[c] = score.stage_data_p, score.edge_s, score.comm
+        self.sums[c] = self._sums(g)
 
     def inject(self, grid: np.ndarray, fun: float) -> None:
         """Put ``grid`` into the coldest chain (an elite found elsewhere)."""
         c = int(np.argmin(self.temps))
         g = np.asarray(grid, dtype=np.int64)
-        self.grids[c] = g
-        self.col_dp[c] = self._col_dp(g)
-        self.sums[c] = self._sums(g)
-        self.edges[c] = self._edges(g)
-        self.energy[c] = self.col_dp[c].max() + 2.0 * self.edges[c].sum()
+        self._load(c, g)
         self._smooth()
         if self.energy[c] < self.best:
             self.best, self.best_grid = float(self.energy[c]), g.copy()
@@ -150,9 +146,7 @@ class Ladder:
 
     def _resync(self) -> None:
         for c in range(self.k):
-            g = self.grids[c]
-            self.col_dp[c], self.sums[c], self.edges[c] = self._col_dp(g), self._sums(g), self._edges(g)
-        self.energy = self.col_dp.max(axis=1) + 2.0 * self.edges.sum(axis=1)
+            self._load(c, self.grids[c].copy())
         self._smooth()
         self.best = self._score(self.best_grid)
 
@@ -167,7 +161,7 @@ class Ladder:
         self.smooth = np.ascontiguousarray(self.col_dp.mean(axis=1) + 2.0 * self.means.sum(axis=1))
 
     def _score(self, g: np.ndarray) -> float:
-        return float(self._col_dp(g).max() + 2.0 * self._edges(g).sum())
+        return float(self.model.score_grid(g).comm)
 
     def _run_native(self, fn, steps: int, stop, on_best) -> int | None:
         """Steps in the compiled kernel, in chunks of about CHUNK_S seconds between stop
