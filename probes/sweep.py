@@ -609,6 +609,17 @@ class Sweep:
         pending = [slot for r in self.rounds for slot in r.slots]
         sizes = {r.index: len(r.slots) for r in self.rounds}
         running: set[asyncio.Task] = set()
+        try:
+            await self._dispatch_loop(queue, index_of, pending, sizes, running)
+        finally:
+            # Cancelled (Ctrl-C) or a bug: stop every slot before the cleanup kills the
+            # workers, or a slot would see its worker die and start it again.
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+
+    async def _dispatch_loop(self, queue: dict[str, list[Slot]], index_of: dict[int, int],
+                             pending: list[Slot], sizes: dict[int, int], running: set[asyncio.Task]) -> None:
         announced: set[int] = set()
         while True:
             self._wake.clear()
@@ -885,7 +896,7 @@ class Sweep:
         """
         for w in workers:
             name = w.host.name
-            if name in self.lost:
+            if name in self.lost or self._cancelled:
                 continue
             hw, session = w.workers, self.sessions[name]
             try:

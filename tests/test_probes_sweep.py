@@ -191,6 +191,41 @@ def test_ctrl_c_cancels_and_kills_every_remote_worker(emulated_fleet, tmp_path):
     assert not list((Path.home() / ".cache/geoconsole/run").glob(f"{sweep_id}-*.pid"))
 
 
+def test_cancel_stops_every_slot_before_the_cleanup_kills_the_workers(emulated_fleet, tmp_path):
+    """In process: once cancel() returns, no pair is still running (a running pair would
+    see its worker killed by the cleanup and start it again, leaving a pid file)."""
+    import asyncio
+
+    from geoconsole.inventory import load_inventory
+    from probes.ssh import SSHPool
+    from probes.sweep import PairMeasured, ProbeSettings, Sweep
+
+    require_fleet()
+    fleet = emulated_fleet
+    inv = load_inventory(fleet.inventory_path, ssh_config=tmp_path / "no_config")
+
+    async def main():
+        pool = SSHPool(known_hosts=str(fleet.known_hosts_path), accept_new=False, connect_timeout=10)
+        async with pool:
+            sweep = Sweep(inv.hosts, pool=pool, settings=ProbeSettings(strategy="all"), labels={})
+            seen = []
+            async for ev in sweep.events():
+                seen.append(type(ev).__name__)
+                if isinstance(ev, PairMeasured):
+                    break
+            await sweep.cancel()
+            names = {t.get_coro().__qualname__ for t in asyncio.all_tasks() if not t.done()}
+            return sweep, names, seen
+
+    sweep, names, seen = asyncio.run(main())
+    assert "PairMeasured" in seen
+    assert not {n for n in names if n.startswith("Sweep.")}, names
+    assert sweep.fabric is not None and sweep._cancelled
+    assert not workers_left(fleet)
+    left = list((Path.home() / ".cache/geoconsole/run").glob(f"{sweep.sweep_id}-*.pid"))
+    assert not left, left
+
+
 def test_shell_metacharacters_in_names_labels_and_paths_reach_no_shell(emulated_fleet, tmp_path):
     require_fleet()
     fleet = emulated_fleet
