@@ -14,7 +14,11 @@ most ``x + 1`` *runs* of equal vectors; a run of length ``L`` with vector ``v`` 
 
 A group with vector ``v`` has DataP at least
 ``D(v) = max_{c: v_c > 0} min_{d in K_c} sum_{c'} (sum of the v_c' - [c = c'] smallest
-T_dp[d, .] over K_c' minus d)``, so for each ``x``::
+T_dp[d, .] over K_c' minus d)``. Every device also sits in some group, so with the
+*device floor* ``f_d(v)`` (the sum above for one device ``d`` of ``K_c``, infinite when
+``v_c = 0``) a decomposition with vectors ``v_1 .. v_q`` has DataP at least
+``max_d min_j f_d(v_j)``: a device the pairwise floors cannot hide (a host with a slow
+NIC, say) pays its dear links in whichever group holds it. For each ``x``::
 
     Comm >= max(P_sep, 2 ((D_PP - 1 - x) m_1 + x t)) + max(D_sep, Dmin(x + 1))
 
@@ -27,8 +31,10 @@ Exactness and cost. ``Dmin(q)`` is computed exactly by depth-first search over t
 vectors with ``D(v) <= delta`` for increasing ``delta``: the last term of a decomposition
 is determined by the others, so ``q`` terms cost ``O((|V| D_PP)^(q - 1))`` checks. It is
 exact for ``q <= QMAX`` and when the search stays under ``NODE_LIMIT`` nodes; beyond
-that ``Dmin`` falls back to ``min_v D(v)`` (a weaker, still valid, value). Thresholds
-are the distinct minimum-spanning-tree weights (where components merge), tried from
+that ``Dmin`` falls back to ``min_v D(v)`` (a weaker, still valid, value). The exact
+search for ``q <= QMAX`` prices each decomposition with the device floors too (``F``:
+``N x |V|`` values, kept while that is at most FLOOR_CELLS; O(N q) per decomposition).
+Thresholds are the distinct minimum-spanning-tree weights (where components merge), tried from
 few components to many while the vector count ``|V| <= VECTOR_LIMIT`` and the budget
 lasts. The budget is counted in search nodes (NODES_PER_SECOND per second asked for),
 so the value does not depend on machine load. Building ``D`` costs ``O(N |V| m)``.
@@ -45,12 +51,15 @@ from scipy.sparse.csgraph import connected_components, minimum_spanning_tree
 VECTOR_LIMIT = 20_000
 #: Most run terms whose decompositions are searched exactly.
 QMAX = 4
+#: Largest N x |V| for which the device floors F are kept (float64 cells, 32 MB).
+FLOOR_CELLS = 4_000_000
 #: Most search nodes per (threshold, delta) feasibility test before giving up (valid).
 NODE_LIMIT = 200_000
 #: Search nodes granted per second of time budget. The budget is counted in nodes, not
 #: read from the clock, so the bound is the same on a fast and on a loaded machine; the
-#: clock is only a safety net at SAFETY x the budget.
-NODES_PER_SECOND = 40_000
+#: clock is only a safety net at SAFETY x the budget. Measured on a quiet 2-core machine:
+#: 210-410 thousand counted nodes per second on the benchmark suite.
+NODES_PER_SECOND = 100_000
 SAFETY = 10.0
 
 
@@ -97,10 +106,14 @@ def _cumulative(t_dp: np.ndarray, labels: np.ndarray, m: int, r: int) -> np.ndar
     return cum
 
 
-def _group_data_p(cum: np.ndarray, labels: np.ndarray, vecs: np.ndarray) -> np.ndarray:
-    """``D(v)`` for every row of ``vecs`` (see the module text). O(N |V| m)."""
+def _group_data_p(cum: np.ndarray, labels: np.ndarray, vecs: np.ndarray,
+                  keep_devices: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """``D(v)`` for every row of ``vecs``, and (when ``keep_devices``) the device floors
+    ``F[d, i] = f_d(vecs[i])`` (inf where ``vecs[i]`` holds no device of d's component;
+    see the module text). O(N |V| m) time, O(N |V|) memory for F."""
     m = vecs.shape[1]
     out = np.full(len(vecs), -np.inf)
+    floors = np.full((len(labels), len(vecs)), np.inf) if keep_devices else None
     cols = np.arange(m)
     for c in range(m):
         members = np.flatnonzero(labels == c)
@@ -110,12 +123,15 @@ def _group_data_p(cum: np.ndarray, labels: np.ndarray, vecs: np.ndarray) -> np.n
         idx = vecs[present].copy()
         idx[:, c] -= 1
         best = np.full(len(idx), np.inf)
+        where = np.flatnonzero(present)
         for chunk in range(0, len(members), 64):
-            rows = cum[members[chunk:chunk + 64]]  # (d, m, r + 1)
-            vals = rows[:, cols[None, :], idx].sum(axis=2)  # (d, |V|)
+            part = members[chunk:chunk + 64]
+            vals = cum[part][:, cols[None, :], idx].sum(axis=2)  # (d, |V|)
             best = np.minimum(best, vals.min(axis=0))
+            if floors is not None:
+                floors[np.ix_(part, where)] = vals
         out[present] = np.maximum(out[present], best)
-    return out
+    return out, floors
 
 
 class _Decompositions:
@@ -231,8 +247,9 @@ def _ordered_cost(pieces: list[int], edge: _EdgeFloor) -> float:
 class _Runs:
     """All decompositions (*) into exactly ``q`` pieces, scored with ordered edge floors."""
 
-    def __init__(self, vecs, values, edge: _EdgeFloor, work: _Work, score) -> None:
+    def __init__(self, vecs, values, edge: _EdgeFloor, work: _Work, score, floors=None) -> None:
         self.vecs, self.values, self.edge, self.work, self.score = vecs, values, edge, work, score
+        self.floors = floors
         self.index = {tuple(v): i for i, v in enumerate(vecs.tolist())}
         self.best = np.inf
         self.nodes = 0
@@ -252,6 +269,9 @@ class _Runs:
             pieces = chosen + [last]
             self.work.left -= 8 * len(pieces) ** 2  # orders and edge floors cost more than a node
             d = max(dmax, float(self.values[last]))
+            if self.floors is not None:  # every device sits in one of these groups
+                d = max(d, float(self.floors[:, pieces].min(axis=1).max()))
+                self.work.left -= len(self.floors) * len(pieces) // 256
             self.best = min(self.best, self.score(d, _ordered_cost(pieces, self.edge)))
             return
         ok = (self.vecs[first:] <= rem).all(axis=1) & (self.values[first:] <= cap)
@@ -273,7 +293,8 @@ def threshold_bound(t_pp, t_dp, d_pp, d_dp, t, p_sep, d_sep, work: _Work) -> flo
     vecs = _vectors(z, d_dp)
     if vecs is None or m < 2:
         return None
-    values = _group_data_p(_cumulative(t_dp, labels, m, d_dp), labels, vecs)
+    values, floors = _group_data_p(_cumulative(t_dp, labels, m, d_dp), labels, vecs,
+                                   keep_devices=n * len(vecs) <= FLOOR_CELLS)
     work.left -= len(vecs) * n // 64  # building D counts against the budget too
     m1 = float(t_pp[~np.eye(n, dtype=bool)].min())
     edge = _EdgeFloor(_pair_floor(t_pp, labels, m), vecs, work)
@@ -282,11 +303,11 @@ def threshold_bound(t_pp, t_dp, d_pp, d_dp, t, p_sep, d_sep, work: _Work) -> flo
         pipe = max(p_sep, 2.0 * ((d_pp - 1 - x) * m1 + x * t))
         if pipe + d_sep >= best:
             break  # pipe only grows with x and the DataP part is at least d_sep
-        best = min(best, _bound_for(x, pipe, m1, d_pp, p_sep, d_sep, vecs, values, z, edge, work, best))
+        best = min(best, _bound_for(x, pipe, m1, d_pp, p_sep, d_sep, vecs, values, floors, z, edge, work, best))
     return best
 
 
-def _bound_for(x, pipe, m1, d_pp, p_sep, d_sep, vecs, values, z, edge, work, best) -> float:
+def _bound_for(x, pipe, m1, d_pp, p_sep, d_sep, vecs, values, floors, z, edge, work, best) -> float:
     """Least Comm floor over placements with exactly ``x`` edges not cheap."""
     if x + 1 > QMAX:
         return pipe + max(d_sep, float(values.min()))
@@ -294,7 +315,7 @@ def _bound_for(x, pipe, m1, d_pp, p_sep, d_sep, vecs, values, z, edge, work, bes
     def score(dmax: float, edges: float) -> float:
         return max(d_sep, dmax) + max(p_sep, 2.0 * ((d_pp - 1 - x) * m1 + edges))
 
-    runs = _Runs(vecs, values, edge, work, score)
+    runs = _Runs(vecs, values, edge, work, score, floors)
     try:
         runs.search(z.copy(), d_pp, x + 1, 0, [], -np.inf, best - pipe + 1e-12 if np.isfinite(best) else np.inf)
     except OverflowError:  # too many decompositions: the weaker run-count bound

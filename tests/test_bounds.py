@@ -67,3 +67,55 @@ def test_gap_wording_helpers():
     comm = 2 * bound.value
     assert bound.gap(comm) == pytest.approx(0.5)  # (Comm - bound) / Comm
     assert bound.above(comm) == pytest.approx(1.0)  # Comm / bound - 1
+
+
+def _slow_device_model(rng, d_pp, d_dp, slow=1):
+    """Clustered like a geo fabric, with ``slow`` devices whose links off their region cost
+    4x (a host with a slow NIC): they must sit in some stage group."""
+    model = random_model(rng, d_pp, d_dp, clustered=True)
+    t_pp, t_dp = model.t_pp.copy(), model.t_dp.copy()
+    for d in rng.choice(model.n, size=slow, replace=False):
+        far = t_pp[d] > 0.5
+        t_pp[d, far] *= 4
+        t_pp[far, d] *= 4
+        t_dp[d, far] *= 4
+        t_dp[far, d] *= 4
+    return CostModel(t_pp, t_dp, model.workload)
+
+
+@pytest.mark.parametrize("d_pp, d_dp", [(2, 3), (3, 2), (2, 4), (4, 2), (3, 3),
+                                        pytest.param(2, 6, marks=pytest.mark.slow)])
+def test_joint_bound_with_slow_devices_never_exceeds_the_brute_forced_optimum(d_pp, d_dp):
+    rng = np.random.default_rng(900 + 10 * d_pp + d_dp)
+    for k in range(3):
+        model = _slow_device_model(rng, d_pp, d_dp, slow=1 + k % 2)
+        optimum = brute_force_optimum(model)
+        assert lower_bound(model, 0.5).value <= optimum + 1e-9
+
+
+def test_device_floors_see_that_a_slow_device_sits_in_some_stage_group(monkeypatch):
+    """Two sites of 10; device 0's links to the other site are 10x dearer. Keeping the
+    pipeline edge cheap needs five devices of each site per group, so device 0 pays five
+    dear links in whichever group holds it (Comm >= 52.4); the per-group floor alone
+    prices a mixed group by its cheapest device (7.4). With the edge dear, Comm >= 20 +
+    0.9, met by the sites-apart layout: the optimum is 20.9 (too many devices for the
+    single-device components, which would see device 0 too)."""
+    from solver import joint_bound as jb
+    from solver.workload import Workload
+
+    d_pp, d_dp = 2, 10
+    site = np.repeat([0, 1], 10)
+    same = site[:, None] == site[None, :]
+    t_pp = np.where(same, 1.0, 10.0)
+    t_dp = np.where(same, 0.1, 1.0)
+    t_dp[0, ~same[0]] = t_dp[~same[0], 0] = 10.0
+    np.fill_diagonal(t_pp, 0)
+    np.fill_diagonal(t_dp, 0)
+    model = CostModel(t_pp, t_dp, Workload(d_pp, d_dp, 1.0, 1.0))
+    apart = model.score_grid(np.arange(20).reshape(2, 10).T).comm
+    assert apart == pytest.approx(20.9)
+    with_floors = lower_bound(model, 5.0).value
+    monkeypatch.setattr(jb, "FLOOR_CELLS", 0)
+    without = lower_bound(model, 5.0).value
+    assert with_floors == pytest.approx(apart)
+    assert without == pytest.approx(7.4)
