@@ -34,6 +34,7 @@ from typing import Callable
 import numpy as np
 
 from solver.descent import Effort, descend
+from solver.rebalance import levels, rebalance
 from solver.tempering import Ladder
 
 #: Scored swaps of one tempering walk when no time limit is given: TEMPER_SWEEPS sweeps
@@ -118,5 +119,13 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     if state.score < ladder.best - 1e-12 * max(1.0, ladder.best):
         ladder.inject(state.grid, state.score)
         improved(state.score, "parallel tempering, then descent", state.grid)
+    if model.n <= DESCENT_FULL_N and not cancel():
+        if "levels" not in memory:
+            memory["levels"] = levels(model.t_pp)
+        moved = rebalance(model, state.grid, memory["levels"], float(state.score), rng, stop=cancel)
+        if moved is not None:
+            effort.nfev += moved[2]
+            ladder.inject(moved[0], moved[1])
+            improved(moved[1], "parallel tempering, descent, then segment rebalance", moved[0])
     return Walk(best_grid, best, strategy, effort.nfev - start_nfev, effort.nit - start_nit,
                 done, trace)

@@ -1,0 +1,144 @@
+"""Segment rebalancing: one move across the ridge between two layouts of a run.
+
+Take a coarse level of the fabric: the components ``K_1 .. K_m`` of the graph of device
+pairs with ``T_pp < t``, ``t`` one of the largest minimum-spanning-tree weights (regions,
+say). A pipeline edge is cheap at that level only when both stage groups hold the same
+number of devices of every component (solver.joint_bound). A segment of ``k``
+consecutive stage groups whose component counts add up to a multiple of ``k`` but whose
+vectors differ pays for dear edges inside it; moving each group's surplus devices to
+the groups short of them gives every group the vector ``total / k`` in one move. Swap
+walks reach that layout only through worse ones: each single swap on the way makes one
+more edge dear (a barrier of two dear links on a Comm of a few dozen seconds), which
+the tempering ladder crosses rarely.
+
+Which devices move: a group gives away the surplus devices with the largest ``T_dp``
+sum to the rest of the group, and takes, of each component it lacks, the free devices
+with the smallest sum to the devices it keeps.
+
+Cost per pass: per level, the ``O(D_PP^2)`` segments are tested on prefix sums of the
+component counts (``O(m)`` each); a rebalanced segment of ``k`` groups is scored in the
+current order with ``k + 1`` bottleneck matchings and ``O(k D_DP^2)`` DataP work, and
+only an improving one is polished (exact matchings and order). Levels cost one minimum
+spanning tree, ``O(N^2 log N)``, once per worker.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+from scipy.sparse.csgraph import connected_components
+
+from solver.matching import bottleneck_matching
+
+#: Coarsest levels tried (distinct component partitions with 2..MAX_COMPONENTS parts).
+LEVELS = 3
+MAX_COMPONENTS = 16
+#: Most improving rebalances applied in one call.
+MAX_MOVES = 4
+#: Rebalanced segments descended per pass (the best by their Comm in the current order)...
+TRY = 2
+#: ... each for this many local-search sweeps (N^2 scored swaps each).
+DESCENT_SWEEPS = 1.0
+
+
+def levels(t_pp: np.ndarray, most: int = LEVELS) -> list[np.ndarray]:
+    """Component labels of the coarsest ``most`` levels (fewest components first)."""
+    from solver.joint_bound import thresholds
+
+    n = t_pp.shape[0]
+    out: list[np.ndarray] = []
+    seen: set[bytes] = set()
+    for t in thresholds(t_pp):
+        m, labels = connected_components((t_pp < t) & ~np.eye(n, dtype=bool), directed=False)
+        if m > MAX_COMPONENTS or len(out) >= most:
+            break
+        if m >= 2 and labels.tobytes() not in seen:
+            seen.add(labels.tobytes())
+            out.append(labels.astype(np.int64))
+    return out
+
+
+def _redeal(t_dp: np.ndarray, cols: list[np.ndarray], lab: np.ndarray, targets: np.ndarray) -> list[np.ndarray]:
+    """The segment's groups with the component counts ``targets[j]`` (module text)."""
+    everyone = np.concatenate(cols)
+    keep: list[list[int]] = []
+    free: dict[int, list[int]] = {}
+    for j, col in enumerate(cols):
+        target = targets[j]
+        kept = list(col)
+        others = np.setdiff1d(everyone, col)
+        for c in np.flatnonzero(np.bincount(lab[col], minlength=len(target)) > target):
+            members = [d for d in kept if lab[d] == c]
+            surplus = len(members) - int(target[c])
+            cost = t_dp[np.ix_(members, others)].mean(axis=1)  # cheapest to carry elsewhere
+            gone = {members[i] for i in np.argsort(cost, kind="stable")[:surplus]}
+            free.setdefault(int(c), []).extend(sorted(gone))
+            kept = [d for d in kept if d not in gone]
+        keep.append(kept)
+    out = []
+    for kept, target in zip(keep, targets):
+        counts = np.bincount(lab[kept], minlength=len(target))
+        for c in np.flatnonzero(counts < target):
+            pool = free[int(c)]
+            need = int(target[c] - counts[c])
+            cost = t_dp[np.ix_(pool, kept)].sum(axis=1) if kept else np.zeros(len(pool))
+            chosen = {pool[i] for i in np.argsort(cost, kind="stable")[:need]}
+            free[int(c)] = [d for d in pool if d not in chosen]
+            kept = kept + sorted(chosen)
+        out.append(np.asarray(kept, dtype=int))
+    return out
+
+
+def _targets(total: np.ndarray, k: int) -> np.ndarray | None:
+    """Equal per-group component counts for a segment of ``k`` groups holding ``total``
+    (None when ``k`` does not divide it)."""
+    return None if (total % k).any() else np.tile(total // k, (k, 1))
+
+
+def _ordered_comm(model, cols: list[np.ndarray]) -> float:
+    """Comm of the groups in this order with exact matchings (no reordering)."""
+    data_p = max(float(model.t_dp[np.ix_(c, c)].sum(axis=1).max()) for c in cols)
+    pipe = sum(bottleneck_matching(model.t_pp[np.ix_(a, b)])[0] for a, b in zip(cols, cols[1:]))
+    return data_p + 2.0 * pipe
+
+
+def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: float,
+              rng: np.random.Generator, stop: Callable[[], bool] = lambda: False,
+              sweeps: float = DESCENT_SWEEPS) -> tuple[np.ndarray, float, int] | None:
+    """Improving segment rebalances of ``grid`` (Comm ``fun``): per pass, the TRY best
+    rebalanced segments (scored in the current order) are descended briefly and the best
+    is kept if it beats the current grid. ``(grid, Comm, swaps scored)`` or None."""
+    from solver.descent import Effort, descend
+
+    best_grid, best = grid, fun
+    moved, nfev = False, 0
+    for _ in range(MAX_MOVES):
+        cols = [best_grid[:, s] for s in range(best_grid.shape[1])]
+        p = len(cols)
+        found: list[tuple[float, int, list[np.ndarray]]] = []
+        for lab in level_labels:
+            m = int(lab.max()) + 1
+            vec = np.stack([np.bincount(lab[c], minlength=m) for c in cols])
+            pre = np.vstack([np.zeros((1, m), dtype=np.int64), np.cumsum(vec, axis=0)])
+            for a in range(p - 1):
+                for b in range(a + 1, p):
+                    targets = _targets(pre[b + 1] - pre[a], b - a + 1)
+                    if targets is None or (vec[a:b + 1] == targets).all():
+                        continue
+                    if stop():
+                        return (best_grid, best, nfev) if moved else None
+                    new = cols[:a] + _redeal(model.t_dp, cols[a:b + 1], lab, targets) + cols[b + 1:]
+                    found.append((_ordered_comm(model, new), len(found), new))
+        better = None
+        for _, _, new in sorted(found, key=lambda f: (f[0], f[1]))[:TRY]:
+            effort = Effort(int(sweeps * model.n * model.n), stop)
+            state = descend(model, model.grid_for_partition(new)[0], rng, effort)
+            nfev += effort.nfev
+            if state.score < (better[1] if better else best) - 1e-12 * max(1.0, best):
+                better = (state.grid.copy(), float(state.score))
+        if better is None:
+            break
+        best_grid, best = better
+        moved = True
+    return (best_grid, best, nfev) if moved else None
