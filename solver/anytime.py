@@ -34,7 +34,7 @@ from typing import Callable
 import numpy as np
 
 from solver.descent import Effort, descend
-from solver.rebalance import levels, rebalance
+from solver.rebalance import levels, rebalance, signature
 from solver.tempering import Ladder
 
 #: Scored swaps of one tempering walk when no time limit is given: TEMPER_SWEEPS sweeps
@@ -122,7 +122,11 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     if model.n <= DESCENT_FULL_N and not cancel():
         if "levels" not in memory:
             memory["levels"] = levels(model.t_pp)
-        moved = rebalance(model, state.grid, memory["levels"], float(state.score), rng, stop=cancel)
+        key = signature(state.grid, memory["levels"])
+        moved = None
+        if memory.get("balanced") != key:  # the same component vectors failed last time
+            moved = rebalance(model, state.grid, memory["levels"], float(state.score), rng, stop=cancel)
+            memory["balanced"] = key if moved is None and not cancel() else None
         if moved is not None:
             effort.nfev += moved[2]
             ladder.inject(moved[0], moved[1])

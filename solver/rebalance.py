@@ -59,6 +59,13 @@ def levels(t_pp: np.ndarray, most: int = LEVELS) -> list[np.ndarray]:
     return out
 
 
+def signature(grid: np.ndarray, level_labels: list[np.ndarray]) -> bytes:
+    """The stage groups' component vectors at every level, in pipeline order: what decides
+    which segments ``rebalance`` tries."""
+    return b"".join(np.stack([np.bincount(lab[grid[:, s]], minlength=int(lab.max()) + 1)
+                              for s in range(grid.shape[1])]).tobytes() for lab in level_labels)
+
+
 def _redeal(t_dp: np.ndarray, cols: list[np.ndarray], lab: np.ndarray, targets: np.ndarray) -> list[np.ndarray]:
     """The segment's groups with the component counts ``targets[j]`` (module text)."""
     everyone = np.concatenate(cols)

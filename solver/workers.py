@@ -35,7 +35,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -206,7 +206,8 @@ class WorkerPool:
             self.live = list(range(self.workers))
 
     # -- one round ---------------------------------------------------------------
-    def _round_inline(self, k, grid, fun, plan, stop, on_best) -> dict[int, Walk]:
+    def _round_inline(self, k, grid, fun, plan, stop, on_best, own) -> dict[int, Walk]:
+        grid, fun = own.get(0, (grid, fun))
         return {0: _one_walk(self.model, 0, k, grid, fun, plan, stop,
                              lambda f: on_best(f, 0, time.monotonic()), self.memory)}
 
@@ -215,10 +216,11 @@ class WorkerPool:
         self.errors.append(f"worker {w} {why} (exit code {code}); the search went on without it")
         self.live.remove(w)
 
-    def _round_processes(self, k, grid, fun, plan, stop, on_best) -> dict[int, Walk]:
+    def _round_processes(self, k, grid, fun, plan, stop, on_best, own) -> dict[int, Walk]:
         for w in list(self.live):
             try:
-                self.conns[w].send(("walk", k, grid, fun, plan))
+                g, f = own.get(w, (grid, fun))
+                self.conns[w].send(("walk", k, g, f, plan))
             except OSError:  # BrokenPipeError: it is gone
                 self.procs[w].join(timeout=1.0)
                 self._lost(w, "died")
@@ -257,10 +259,12 @@ class WorkerPool:
         return results
 
     def run(self, grid: np.ndarray, fun: float, plan: Rounds, stop: Callable[[], bool],
-            on_best: Callable[[float, int, float], None]) -> Outcome:
+            on_best: Callable[[float, int, float], None],
+            firsts: Sequence[tuple[np.ndarray, float]] = ()) -> Outcome:
         """Rounds from ``grid`` until the plan's stop rule, the deadline or ``stop()``.
 
         ``on_best(comm, worker, clock)`` is called as walks improve on their start.
+        ``firsts[w]``: worker ``w``'s grid and Comm in the first round (default: ``grid``).
         """
         out = Outcome(grid.copy(), float(fun))
         stall = 0
@@ -270,7 +274,8 @@ class WorkerPool:
             if plan.deadline is None and (stall >= plan.patience or out.nfev >= plan.budget):
                 break
             runner = self._round_inline if self.workers == 1 else self._round_processes
-            results = runner(out.rounds, out.grid, out.fun, plan, stop, on_best)
+            own = {w: g for w, g in enumerate(firsts)} if out.rounds == 0 else {}
+            results = runner(out.rounds, out.grid, out.fun, plan, stop, on_best, own)
             out.rounds += 1
             improved = False
             for w in sorted(results):
