@@ -13,9 +13,11 @@ it is given; otherwise it reports a lower bound beside its answer (solver.bounds
    a start more than SKIP_START_RATIO worse than the best so far is not descended.
 3. Anytime rounds (solver.workers, solver.anytime, solver.tempering): ``workers``
    processes each continue a parallel-tempering ladder into which the best placement
-   known is injected, in rounds; each round ends with a descent of the worker's best,
-   and the best walk becomes the shared start of the next. Under a time limit the
-   starts' descents stop after START_SHARE of it.
+   known is injected, in rounds; each round ends with a descent of the worker's best
+   and a segment rebalancing (solver.rebalance), and the best walk becomes the shared
+   start of the next. In the first round, odd workers may start from the other
+   layout's best start (``_firsts``). Under a time limit the starts' descents stop
+   after START_SHARE of it.
 
 Stop rule. With ``time_limit`` the rounds go on until the limit (or ``budget``, when one
 is given). Without it, the rounds stop after ``restarts`` consecutive rounds that did not
