@@ -212,3 +212,27 @@ def test_time_limit_keeps_the_rounds_going_until_it():
 def test_bad_worker_count_is_a_value_error():
     with pytest.raises(ValueError, match="workers"):
         solve(_geo_model(), workers=0)
+
+
+def test_first_round_gives_odd_workers_the_other_layout_when_it_is_close(monkeypatch):
+    """The best start of the other layout (pipelines local / stage groups local) is the
+    second worker's first grid when it is within DIVERSE_RATIO of the best start; with
+    3+ workers always; otherwise every worker starts from the best."""
+    a, b, c = (np.full((2, 2), k) for k in range(3))
+    results = [(10.0, 0, "labels: stage groups local", a), (10.5, 1, "labels: stage groups local", b),
+               (10.8, 2, "clustering: pipelines local", c)]
+    starts = search._diverse(results)
+    assert [f for _, f in starts] == [10.0, 10.8] and starts[1][0] is c
+
+    class Run:
+        best, best_score = a, 10.0
+
+    run = Run()
+    run.starts = starts
+    assert [f for _, f in search._firsts(run, 2)] == [10.0, 10.8]
+    assert [f for _, f in search._firsts(run, 4)] == [10.0, 10.8, 10.0, 10.8]
+    monkeypatch.setattr(search, "DIVERSE_RATIO", 1.05)
+    assert [f for _, f in search._firsts(run, 2)] == [10.0]
+    assert [f for _, f in search._firsts(run, 3)] == [10.0, 10.8, 10.0]
+    run.starts = starts[:1]
+    assert [f for _, f in search._firsts(run, 3)] == [10.0]
