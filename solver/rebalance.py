@@ -16,10 +16,10 @@ sum to the rest of the group, and takes, of each component it lacks, the free de
 with the smallest sum to the devices it keeps.
 
 Cost per pass: per level, the ``O(D_PP^2)`` segments are tested on prefix sums of the
-component counts (``O(m)`` each); a rebalanced segment of ``k`` groups is scored in the
-current order with ``k + 1`` bottleneck matchings and ``O(k D_DP^2)`` DataP work, and
-only an improving one is polished (exact matchings and order). Levels cost one minimum
-spanning tree, ``O(N^2 log N)``, once per worker.
+component counts (``O(m)`` each); a rebalanced segment is scored in the current order
+(``D_PP - 1`` bottleneck matchings, ``O(N D_DP)`` DataP work), and the TRY best are
+descended for DESCENT_SWEEPS local-search sweeps (polish first: exact matchings and
+order). Levels cost one minimum spanning tree, ``O(N^2 log N)``, once per worker.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: floa
         better = None
         for _, _, new in sorted(found, key=lambda f: (f[0], f[1]))[:TRY]:
             effort = Effort(int(sweeps * model.n * model.n), stop)
-            state = descend(model, model.grid_for_partition(new)[0], rng, effort)
+            state = descend(model, np.stack(new, axis=1), rng, effort)  # descend polishes first
             nfev += effort.nfev
             if state.score < (better[1] if better else best) - 1e-12 * max(1.0, best):
                 better = (state.grid.copy(), float(state.score))
