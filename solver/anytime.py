@@ -25,7 +25,8 @@ suite, 2 cores:
   layout where four stage groups of one run held two different region mixes (13/11 and
   17/7 devices) and one edge inside the run crossed regions (41.5 s); each single swap
   towards equal mixes makes one more edge cross regions. Rebalancing the run in one
-  move and descending reaches 37.8 s in 0.6 s (three such layouts: 37.8-38.6).
+  move and descending reaches 37.8 s in 0.5 s (three such layouts: 37.8-38.6); at
+  10 s that instance then reached 38.7 s where it had reached 40.3 s.
 
 Cost: the ladder's steps (O(K (D_DP + D_PP)) each, solver.tempering), then one descent
 of at most DESCENT_SWEEPS local-search sweeps (O(N^2 D_DP) array work each) and
