@@ -129,7 +129,7 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
         improved(state.score, "parallel tempering, then descent", state.grid)
     if model.n <= DESCENT_FULL_N and not cancel():
         if "levels" not in memory:
-            memory["levels"] = levels(model.t_pp)
+            memory["levels"] = levels(model)
         key = signature(state.grid, memory["levels"])
         moved = None
         if memory.get("balanced") != key:  # the same component vectors failed last time

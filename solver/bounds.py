@@ -26,10 +26,9 @@ from dataclasses import dataclass
 import time
 
 import numpy as np
-from scipy.sparse.csgraph import minimum_spanning_tree
-
 from solver.cost import CostModel
 from solver.joint_bound import joint_bound
+from solver.spanning import spanning_tree
 
 SEPARATE = "separate: DataP and Pipeline bounded apart"
 #: Seconds the joint bound may take when the caller gives no budget.
@@ -53,19 +52,6 @@ class Bound:
     def above(self, comm: float) -> float:
         """``Comm / bound - 1``: Comm is at most this fraction above the optimum."""
         return comm / self.value - 1.0 if self.value > 0 else float("inf")
-
-
-def _forest_weight(t: np.ndarray, trees: int) -> float:
-    """Weight of the minimum spanning forest with ``trees`` components (zeros made tiny)."""
-    n = t.shape[0]
-    if n - trees <= 0:
-        return 0.0
-    w = np.where(t > 0, t, np.finfo(float).tiny)
-    np.fill_diagonal(w, 0.0)
-    mst = minimum_spanning_tree(w).data
-    mst.sort()
-    # Kruskal stops after n - trees edges; an MST's lightest n - trees edges are exactly those.
-    return float(mst[: n - trees].sum())
 
 
 def bound_budget_s(time_limit: float | None) -> float:
@@ -100,6 +86,6 @@ def separate_bound(model: CostModel) -> Bound:
         links = model.t_pp[off].reshape(n, n - 1)
         nearest = links.min(axis=1)
         per_edge = float(nearest.max()) + (w.d_pp - 2) * float(nearest.min())
-        forest = _forest_weight(model.t_pp, w.d_dp) / w.d_dp
+        forest = spanning_tree(model).forest_weight(w.d_dp) / w.d_dp
         pipeline = 2.0 * max(per_edge, forest)
     return Bound(value=data_p + pipeline, data_p=data_p, pipeline=pipeline)

@@ -45,7 +45,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from scipy.sparse.csgraph import connected_components, minimum_spanning_tree
+
+from solver.spanning import spanning_tree
 
 #: Most component vectors enumerated for one threshold.
 VECTOR_LIMIT = 20_000
@@ -284,11 +285,12 @@ class _Runs:
                 self.search(left, length - size, q - 1, i, chosen + [i], max(dmax, float(self.values[i])), cap)
 
 
-def threshold_bound(t_pp, t_dp, d_pp, d_dp, t, p_sep, d_sep, work: _Work) -> float | None:
-    """The bound for one threshold ``t`` (None when there are too many vectors)."""
+def threshold_bound(t_pp, t_dp, d_pp, d_dp, t, p_sep, d_sep, work: _Work,
+                    components: tuple[int, np.ndarray]) -> float | None:
+    """The bound for one threshold ``t`` whose ``components`` (``(m, labels)`` of the
+    pairs with ``T_pp < t``) are given; None when there are too many vectors."""
     n = t_pp.shape[0]
-    cheap = (t_pp < t) & ~np.eye(n, dtype=bool)
-    m, labels = connected_components(cheap, directed=False)
+    m, labels = components
     z = np.bincount(labels, minlength=m).astype(np.int64)
     vecs = _vectors(z, d_dp)
     if vecs is None or m < 2:
@@ -323,13 +325,6 @@ def _bound_for(x, pipe, m1, d_pp, p_sep, d_sep, vecs, values, floors, z, edge, w
     return runs.best
 
 
-def thresholds(t_pp: np.ndarray) -> np.ndarray:
-    """Distinct minimum-spanning-tree weights, largest first (fewest components first)."""
-    w = np.where(t_pp > 0, t_pp, np.finfo(float).tiny)
-    np.fill_diagonal(w, 0.0)
-    return np.unique(minimum_spanning_tree(w).data)[::-1]
-
-
 def joint_bound(model, p_sep: float, d_sep: float, time_budget_s: float) -> tuple[float, float | None]:
     """``(value, threshold)``: the best bound over thresholds (value -inf if none applied)."""
     w = model.workload
@@ -337,10 +332,12 @@ def joint_bound(model, p_sep: float, d_sep: float, time_budget_s: float) -> tupl
         return -np.inf, None
     work = _Work(time_budget_s)
     best, at = -np.inf, None
-    for t in thresholds(model.t_pp):
+    tree = spanning_tree(model)
+    for t in tree.thresholds():
         if work.spent():
             break
-        value = threshold_bound(model.t_pp, model.t_dp, w.d_pp, w.d_dp, float(t), p_sep, d_sep, work)
+        value = threshold_bound(model.t_pp, model.t_dp, w.d_pp, w.d_dp, float(t), p_sep, d_sep, work,
+                                tree.components(float(t)))
         if value is None:
             break  # below this threshold there are more components, so more vectors
         if value > best:

@@ -27,9 +27,9 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
-from scipy.sparse.csgraph import connected_components
 
 from solver.matching import bottleneck_matching
+from solver.spanning import spanning_tree
 
 #: Coarsest levels tried (distinct component partitions with 2..MAX_COMPONENTS parts).
 LEVELS = 3
@@ -42,15 +42,13 @@ TRY = 2
 DESCENT_SWEEPS = 1.0
 
 
-def levels(t_pp: np.ndarray, most: int = LEVELS) -> list[np.ndarray]:
+def levels(model, most: int = LEVELS) -> list[np.ndarray]:
     """Component labels of the coarsest ``most`` levels (fewest components first)."""
-    from solver.joint_bound import thresholds
-
-    n = t_pp.shape[0]
+    tree = spanning_tree(model)
     out: list[np.ndarray] = []
     seen: set[bytes] = set()
-    for t in thresholds(t_pp):
-        m, labels = connected_components((t_pp < t) & ~np.eye(n, dtype=bool), directed=False)
+    for t in tree.thresholds():
+        m, labels = tree.components(float(t))
         if m > MAX_COMPONENTS or len(out) >= most:
             break
         if m >= 2 and labels.tobytes() not in seen:

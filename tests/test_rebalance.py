@@ -23,7 +23,7 @@ def _two_sites(d_pp=4, d_dp=4, seed=0):
 
 def test_levels_are_the_coarse_components():
     model, site = _two_sites()
-    found = levels(model.t_pp)
+    found = levels(model)
     assert found, "no level"
     first = found[0]
     assert len(set(first.tolist())) == 2
@@ -39,7 +39,7 @@ def test_an_unequal_run_is_rebalanced_in_one_move():
     grid = np.array(cols).T
     grid = model.grid_for_partition(model.partition_of(grid))[0]
     before = model.score_grid(grid).comm
-    out = rebalance(model, grid, levels(model.t_pp), before, np.random.default_rng(0))
+    out = rebalance(model, grid, levels(model), before, np.random.default_rng(0))
     assert out is not None
     new, comm, nfev = out
     assert sorted(new.ravel().tolist()) == list(range(16))
@@ -54,7 +54,7 @@ def test_a_balanced_grid_is_left_alone():
     grid = np.array([a[2 * k:2 * k + 2] + b[2 * k:2 * k + 2] for k in range(4)]).T
     grid = model.grid_for_partition(model.partition_of(grid))[0]
     fun = model.score_grid(grid).comm
-    assert rebalance(model, grid, levels(model.t_pp), fun, np.random.default_rng(0)) is None
+    assert rebalance(model, grid, levels(model), fun, np.random.default_rng(0)) is None
 
 
 def test_rebalance_stops_when_asked():
@@ -62,4 +62,4 @@ def test_rebalance_stops_when_asked():
     a, b = list(range(8)), list(range(8, 16))
     grid = np.array([a[0:2] + b[0:2], a[2:4] + b[2:4], a[4:7] + b[4:5], a[7:8] + b[5:8]]).T
     fun = model.score_grid(grid).comm
-    assert rebalance(model, grid, levels(model.t_pp), fun, np.random.default_rng(0), stop=lambda: True) is None
+    assert rebalance(model, grid, levels(model), fun, np.random.default_rng(0), stop=lambda: True) is None

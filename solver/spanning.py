@@ -1,0 +1,53 @@
+"""The minimum spanning tree of ``T_pp`` and the components of its cheap links.
+
+For every threshold ``t`` the connected components of the graph of device pairs with
+``T_pp < t`` are those of the tree's edges lighter than ``t``: Kruskal adds edges in
+increasing order, so its forest after the edges below ``t`` spans each component.
+Zero entries (co-located devices) are made the smallest positive float, as the sparse
+graph routines read a zero as "no edge". One tree costs O(N^2) (Prim on the dense
+matrix); each level after it O(N). The tree is kept on the cost model, so the separate
+bound, the joint bound and the rebalancing levels share it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components, minimum_spanning_tree
+
+
+class SpanningTree:
+    """The tree's edges sorted by weight: ``weights``, ``rows``, ``cols`` (N - 1 each)."""
+
+    def __init__(self, t: np.ndarray) -> None:
+        self.n = t.shape[0]
+        w = np.where(t > 0, t, np.finfo(float).tiny)
+        np.fill_diagonal(w, 0.0)
+        tree = minimum_spanning_tree(w).tocoo()
+        order = np.argsort(tree.data, kind="stable")
+        self.weights = tree.data[order]
+        self.rows, self.cols = tree.row[order], tree.col[order]
+
+    def thresholds(self) -> np.ndarray:
+        """Distinct edge weights, largest first (fewest components first)."""
+        return np.unique(self.weights)[::-1]
+
+    def components(self, t: float) -> tuple[int, np.ndarray]:
+        """``(m, labels)`` of the graph of pairs with ``T_pp < t``."""
+        keep = self.weights < t
+        graph = coo_matrix((np.ones(int(keep.sum())), (self.rows[keep], self.cols[keep])),
+                           shape=(self.n, self.n))
+        return connected_components(graph, directed=False)
+
+    def forest_weight(self, trees: int) -> float:
+        """Weight of the minimum spanning forest with ``trees`` components: Kruskal stops
+        after ``N - trees`` edges, which are the tree's lightest ``N - trees``."""
+        return float(self.weights[: max(0, self.n - trees)].sum())
+
+
+def spanning_tree(model) -> SpanningTree:
+    """The tree of ``model.t_pp``, built once per model."""
+    tree = model.__dict__.get("_pp_tree")
+    if tree is None:
+        tree = model.__dict__["_pp_tree"] = SpanningTree(model.t_pp)
+    return tree
