@@ -11,9 +11,10 @@ walks reach that layout only through worse ones: each single swap on the way mak
 more edge dear (a barrier of two dear links on a Comm of a few dozen seconds), which
 the tempering ladder crosses rarely.
 
-Which devices move: a group gives away the surplus devices with the largest ``T_dp``
-sum to the rest of the group, and takes, of each component it lacks, the free devices
-with the smallest sum to the devices it keeps.
+Which devices move: a group gives away the surplus devices with the smallest mean
+``T_dp`` to the segment's other groups (the cheapest to carry elsewhere), and takes,
+of each component it lacks, the free devices with the smallest sum to the devices it
+keeps.
 
 Cost per pass: per level, the ``O(D_PP^2)`` segments are tested on prefix sums of the
 component counts (``O(m)`` each); a rebalanced segment is scored in the current order
@@ -57,11 +58,16 @@ def levels(model, most: int = LEVELS) -> list[np.ndarray]:
     return out
 
 
+def _counts(grid: np.ndarray, lab: np.ndarray) -> np.ndarray:
+    """``(D_PP, m)``: each stage group's devices per component, in pipeline order."""
+    m = int(lab.max()) + 1
+    return np.stack([np.bincount(lab[grid[:, s]], minlength=m) for s in range(grid.shape[1])])
+
+
 def signature(grid: np.ndarray, level_labels: list[np.ndarray]) -> bytes:
     """The stage groups' component vectors at every level, in pipeline order: what decides
     which segments ``rebalance`` tries."""
-    return b"".join(np.stack([np.bincount(lab[grid[:, s]], minlength=int(lab.max()) + 1)
-                              for s in range(grid.shape[1])]).tobytes() for lab in level_labels)
+    return b"".join(_counts(grid, lab).tobytes() for lab in level_labels)
 
 
 def _redeal(t_dp: np.ndarray, cols: list[np.ndarray], lab: np.ndarray, targets: np.ndarray) -> list[np.ndarray]:
@@ -123,9 +129,8 @@ def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: floa
         p = len(cols)
         found: list[tuple[float, int, list[np.ndarray]]] = []
         for lab in level_labels:
-            m = int(lab.max()) + 1
-            vec = np.stack([np.bincount(lab[c], minlength=m) for c in cols])
-            pre = np.vstack([np.zeros((1, m), dtype=np.int64), np.cumsum(vec, axis=0)])
+            vec = _counts(best_grid, lab)
+            pre = np.vstack([np.zeros((1, vec.shape[1]), dtype=np.int64), np.cumsum(vec, axis=0)])
             for a in range(p - 1):
                 for b in range(a + 1, p):
                     targets = _targets(pre[b + 1] - pre[a], b - a + 1)
