@@ -199,7 +199,7 @@ class _Run:
         self.history: list[tuple[float, float]] = []
         self.status = CONVERGED
         self.phase, self.restart = "seeds", 0
-        self.starts: list[tuple[np.ndarray, float]] = []  #: the workers' first-round grids
+        self.other_start: tuple[np.ndarray, float] | None = None  #: see _firsts
         self._last_report = -1.0
 
     def elapsed(self) -> float:
@@ -283,8 +283,8 @@ def _check_options(budget, restarts, time_limit, workers) -> None:
 
 
 def _starts_phase(run: _Run, model: CostModel, rng, seed_orders) -> None:
-    """Polish every topology start, then descend them best first; ``run.starts`` keeps
-    each start's result (descended or only polished) for the workers' first round."""
+    """Polish every topology start, then descend them best first; ``run.other_start``
+    keeps the other layout's best result (descended or only polished) for _firsts."""
     effort = _Effort(run)
     run.phase = "seeds"
     if run.time_limit is not None:
@@ -303,17 +303,16 @@ def _starts_phase(run: _Run, model: CostModel, rng, seed_orders) -> None:
             continue  # far behind the best: not worth a descent
         state = descend(model, grid, rng, effort, lambda g, s, name=name: run.offer(g, s, name))
         results[k] = (float(state.score), k, name, state.grid.copy())
-    run.phase_deadline = None
-    run.starts = _diverse(list(results.values()))
+    run.other_start = _other_layout(list(results.values()))
 
 
-def _diverse(results: list[tuple[float, int, str, np.ndarray]]) -> list[tuple[np.ndarray, float]]:
-    """The best start's result, then the best of the other layout (pipelines local /
-    stage groups local) when there is one."""
+def _other_layout(results: list[tuple[float, int, str, np.ndarray]]) -> tuple[np.ndarray, float] | None:
+    """The best result among the starts of the other layout (pipelines local / stage
+    groups local) than the best start's, as ``(grid, Comm)``; None if there is none."""
     ordered = sorted(results, key=lambda x: (x[0], x[1]))
     layout = lambda name: name.rsplit(": ", 1)[-1]  # noqa: E731
     other = [r for r in ordered if layout(r[2]) != layout(ordered[0][2])]
-    return [(grid, comm) for comm, _, _, grid in ordered[:1] + other[:1]]
+    return (other[0][3], other[0][0]) if other else None
 
 
 def _firsts(run: _Run, workers: int) -> list[tuple[np.ndarray, float]]:
@@ -327,9 +326,9 @@ def _firsts(run: _Run, workers: int) -> list[tuple[np.ndarray, float]]:
     reaches 24.6 in the same 3 s; where the other layout starts far behind, a worker of
     two spends its first round better on the best one."""
     best = (run.best, run.best_score)
-    if len(run.starts) < 2:
+    other = run.other_start
+    if other is None:
         return [best]
-    other = run.starts[1]
     if workers < 3 and other[1] > DIVERSE_RATIO * run.best_score:
         return [best]
     return [other if w % 2 else best for w in range(workers)]

@@ -221,18 +221,19 @@ def test_first_round_gives_odd_workers_the_other_layout_when_it_is_close(monkeyp
     a, b, c = (np.full((2, 2), k) for k in range(3))
     results = [(10.0, 0, "labels: stage groups local", a), (10.5, 1, "labels: stage groups local", b),
                (10.8, 2, "clustering: pipelines local", c)]
-    starts = search._diverse(results)
-    assert [f for _, f in starts] == [10.0, 10.8] and starts[1][0] is c
+    other = search._other_layout(results)
+    assert other[1] == 10.8 and other[0] is c
+    assert search._other_layout(results[:2]) is None
 
     class Run:
         best, best_score = a, 10.0
 
     run = Run()
-    run.starts = starts
+    run.other_start = other
     assert [f for _, f in search._firsts(run, 2)] == [10.0, 10.8]
     assert [f for _, f in search._firsts(run, 4)] == [10.0, 10.8, 10.0, 10.8]
     monkeypatch.setattr(search, "DIVERSE_RATIO", 1.05)
     assert [f for _, f in search._firsts(run, 2)] == [10.0]
     assert [f for _, f in search._firsts(run, 3)] == [10.0, 10.8, 10.0]
-    run.starts = starts[:1]
+    run.other_start = None
     assert [f for _, f in search._firsts(run, 3)] == [10.0]
