@@ -32,6 +32,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
@@ -95,6 +96,32 @@ def _context():
     if "forkserver" in methods:
         ctx.set_forkserver_preload(["numpy", "scipy.sparse.csgraph", "solver.workers"])
     return ctx
+
+
+def _start_helpers(ctx) -> None:
+    """Start multiprocessing's resource tracker (and forkserver) with a real stderr.
+
+    The tracker hands ``sys.stderr.fileno()`` to the process it starts; under the
+    console, ``sys.stderr`` is Textual's capture, whose ``fileno()`` is -1, and starting
+    fails with "bad value(s) in fds_to_keep". For that moment the process's own stderr
+    stands in (it is only the tracker's error channel)."""
+    from multiprocessing import resource_tracker
+
+    captured = sys.stderr
+    try:
+        valid = captured is not None and captured.fileno() >= 0
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        valid = False
+    try:
+        if not valid and sys.__stderr__ is not None:
+            sys.stderr = sys.__stderr__
+        resource_tracker.ensure_running()
+        if ctx.get_start_method() == "forkserver":
+            from multiprocessing import forkserver
+
+            forkserver.ensure_running()
+    finally:
+        sys.stderr = captured
 
 
 def _one_walk(model, index, k, grid, fun, plan: Rounds, stop, on_best, memory: dict) -> Walk:
@@ -194,6 +221,7 @@ class WorkerPool:
         no_kernel = None if native.kernel() is not None else native.why_not()  # built once, here
         if self.workers > 1:
             ctx = _context()
+            _start_helpers(ctx)
             self.stop_event = ctx.Event()
             for w in range(self.workers):
                 parent, child = ctx.Pipe()

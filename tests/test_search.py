@@ -237,3 +237,36 @@ def test_first_round_gives_odd_workers_the_other_layout_when_it_is_close(monkeyp
     assert [f for _, f in search._firsts(run, 3)] == [10.0, 10.8, 10.0]
     run.other_start = None
     assert [f for _, f in search._firsts(run, 3)] == [10.0]
+
+
+def test_worker_processes_start_when_stderr_has_no_descriptor(tmp_path):
+    """Under the console, sys.stderr is Textual's capture (fileno() == -1), and
+    multiprocessing's resource tracker failed to start ("bad value(s) in fds_to_keep"):
+    the search fell back to one in-process worker. A fresh interpreter, so that no
+    tracker runs yet."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "capture.py"
+    script.write_text(
+        "import sys\n"
+        "class Capture:\n"
+        "    def write(self, text): pass\n"
+        "    def flush(self): pass\n"
+        "    def fileno(self): return -1\n"
+        "if __name__ == '__main__':\n"
+        "    import numpy as np\n"
+        "    from solver_oracles import random_model\n"
+        "    from solver.search import solve\n"
+        "    model = random_model(np.random.default_rng(0), 4, 4, clustered=True)\n"
+        "    real, sys.stderr = sys.stderr, Capture()\n"
+        "    result = solve(model, seed=0, workers=2, budget=50_000)\n"
+        "    sys.stderr = real\n"
+        "    print(result.message)\n")
+    tests = Path(__file__).resolve().parent
+    env = dict(os.environ, PYTHONPATH=f"{tests.parent}:{tests}")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "lost" not in out.stdout and "could not start" not in out.stdout, out.stdout
