@@ -1,9 +1,12 @@
 """Run records: one JSON line per solve, launch or validation, appended without tearing.
 
 An append is one ``write(2)`` of the whole line on an ``O_APPEND`` descriptor under an
-``flock`` (solver.files.append_line): concurrent appends never interleave, a crash leaves
-the old file or the old file plus the whole new line, and nothing is left beside the
-file (no temporary copy, no lock file). Only regular files or new paths are written.
+``flock`` (solver.files.append_line): concurrent appends never interleave and nothing is
+left beside the file (no temporary copy, no lock file). Linux may cut a large write
+short when the writer is killed (SIGKILL, OOM), leaving part of a line with no newline:
+readers skip such an unterminated tail that is not a record (:func:`read_records`), and
+the next append truncates it away under the lock, so every complete line stays a record.
+Only regular files or new paths are written.
 Records never hold secrets: no keys, passwords or environment.
 """
 
@@ -37,16 +40,33 @@ def append_record(path: str | os.PathLike[str], record: dict[str, Any]) -> dict[
     from solver.files import append_line
 
     full = {"version": geoconsole_version(), "timestamp": now_utc(), **record}
-    append_line(path, json.dumps(full, sort_keys=True, separators=(",", ":"), allow_nan=False))
+    append_line(path, json.dumps(full, sort_keys=True, separators=(",", ":"), allow_nan=False),
+                torn=_torn)
     return full
 
 
+def _torn(tail: bytes) -> bool:
+    """True when an unterminated last line is not a whole JSON object (a cut-short append)."""
+    try:
+        return not isinstance(json.loads(tail), dict)
+    except (ValueError, RecursionError):
+        return True
+
+
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """All records of a file, oldest first (FileError naming the line that is not a record)."""
+    """All records of a file, oldest first (FileError naming the line that is not a record).
+
+    An unterminated last line that is not a JSON object is skipped: it is an append still
+    being written or one cut short by a killed writer, never a record.
+    """
     from solver.files import FileError, parse_json, read_text
 
+    text = read_text(path, "run record")
+    lines = text.splitlines()
+    if lines and not text.endswith("\n") and _torn(lines[-1].encode("utf-8")):
+        lines.pop()  # an append being written, or one cut short by a killed writer
     out = []
-    for k, line in enumerate(read_text(path, "run record").splitlines(), 1):
+    for k, line in enumerate(lines, 1):
         if not line.strip():
             continue
         doc = parse_json(line, f"{path}: line {k}")

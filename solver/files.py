@@ -17,7 +17,9 @@ Writing (:func:`write_text`, :func:`append_line`, :func:`locked_update`):
   reader sees the old or the new file, whole; temporary files of writers that died are
   removed by the next write;
 - an append is one ``write(2)`` of a whole line on an ``O_APPEND`` descriptor under an
-  ``flock``: no temporary copy, no lock file left behind;
+  ``flock``: no temporary copy, no lock file left behind; a line cut short by a writer
+  killed mid-write is truncated away by the next append when the caller can tell it is
+  torn (run records: an unterminated tail that is not a JSON object);
 - an in-place edit holds an ``flock`` on the file across read-modify-write and re-checks
   that the locked inode is still the one at the path, so concurrent edits never lose one.
 
@@ -271,8 +273,16 @@ def write_text(path: str | os.PathLike[str], text: str, *, inputs: Sequence[tupl
     return real
 
 
-def append_line(path: str | os.PathLike[str], line: str, *, error: type[Exception] = FileError) -> None:
-    """Append one whole line (``\\n`` added) to ``path`` with one write under an flock."""
+def append_line(path: str | os.PathLike[str], line: str, *, error: type[Exception] = FileError,
+                torn: Callable[[bytes], bool] | None = None) -> None:
+    """Append one whole line (``\\n`` added) to ``path`` with one write under an flock.
+
+    A writer killed inside ``write(2)`` can leave part of its line with no ``\\n``. The
+    next append, under the lock, finds that unterminated tail: if ``torn(tail)`` says it is
+    a cut-short line, the tail is truncated away before the new line is written; otherwise
+    (a file that merely lacks its final newline, or no ``torn`` given) the new line starts
+    on a fresh line and the tail is kept.
+    """
     real, _st = _target(path, error)
     try:
         fd = os.open(real, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY, 0o666)
@@ -285,9 +295,11 @@ def append_line(path: str | os.PathLike[str], line: str, *, error: type[Exceptio
         fcntl.flock(fd, fcntl.LOCK_EX)
         data = line.rstrip("\n").encode("utf-8") + b"\n"
         end = os.lseek(fd, 0, os.SEEK_END)
-        if end:
-            last = os.pread(fd, 1, end - 1)
-            if last != b"\n":  # a line torn by an older writer: start on a fresh line
+        if end and os.pread(fd, 1, end - 1) != b"\n":
+            start = _line_start(fd, end)
+            if torn is not None and torn(os.pread(fd, end - start, start)):
+                os.ftruncate(fd, start)
+            else:
                 data = b"\n" + data
         written = os.write(fd, data)
         if written != len(data):
@@ -297,6 +309,18 @@ def append_line(path: str | os.PathLike[str], line: str, *, error: type[Exceptio
         raise error(f"{path}: cannot write: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
+
+
+def _line_start(fd: int, end: int, chunk: int = 1 << 16) -> int:
+    """Offset just after the last ``\\n`` before ``end`` (0 if none); reads backwards."""
+    pos = end
+    while pos > 0:
+        lo = max(0, pos - chunk)
+        k = os.pread(fd, pos - lo, lo).rfind(b"\n")
+        if k >= 0:
+            return lo + k + 1
+        pos = lo
+    return 0
 
 
 @contextmanager

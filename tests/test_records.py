@@ -5,6 +5,7 @@ import json
 import pytest
 
 from geoconsole.records import append_record, read_records
+from solver.files import FileError
 
 
 def test_append_adds_version_and_timestamp(tmp_path):
@@ -33,18 +34,41 @@ def test_a_killed_writer_leaves_whole_lines_and_nothing_beside_the_file(tmp_path
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    lines = path.read_text().splitlines()
-    assert len(lines) > 5
-    assert [json.loads(x)["n"] for x in lines] == list(range(len(lines)))
+    records = read_records(path)
+    assert len(records) > 5
+    assert [r["n"] for r in records] == list(range(len(records)))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.jsonl"]
+    # the next append repairs whatever the kill cut short: every line of the file is whole
+    append_record(path, {"kind": "launch"})
+    lines = path.read_bytes().split(b"\n")
+    assert lines[-1] == b""
+    docs = [json.loads(x) for x in lines[:-1]]
+    assert [d.get("n") for d in docs[:-1]] == list(range(len(docs) - 1))
+    assert docs[-1]["kind"] == "launch"
 
 
-def test_a_torn_last_line_from_elsewhere_is_not_glued_to_the_next(tmp_path):
+def test_a_torn_last_line_is_skipped_by_readers_and_truncated_by_the_next_append(tmp_path):
     path = tmp_path / "runs.jsonl"
     path.write_text('{"kind": "solve"}\n{"kind": "sol')
+    assert [r["kind"] for r in read_records(path)] == ["solve"]
     append_record(path, {"kind": "launch"})
     lines = path.read_text().splitlines()
-    assert json.loads(lines[-1])["kind"] == "launch"
+    assert [json.loads(x)["kind"] for x in lines] == ["solve", "launch"]
+
+
+def test_a_whole_last_line_without_its_newline_is_kept(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    path.write_text('{"kind": "solve"}\n{"kind": "validate"}')
+    assert [r["kind"] for r in read_records(path)] == ["solve", "validate"]
+    append_record(path, {"kind": "launch"})
+    assert [json.loads(x)["kind"] for x in path.read_text().splitlines()] == ["solve", "validate", "launch"]
+
+
+def test_a_torn_line_in_the_middle_is_named(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    path.write_text('{"kind": "solve"}\n{"kind": "sol\n{"kind": "launch"}\n')
+    with pytest.raises(FileError, match="line 2"):
+        read_records(path)
 
 
 def test_non_finite_values_are_refused(tmp_path):
