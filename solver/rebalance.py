@@ -18,7 +18,7 @@ keeps.
 
 Cost per pass: per level, the ``O(D_PP^2)`` segments are tested on prefix sums of the
 component counts (``O(m)`` each); a rebalanced segment is scored in the current order
-(``D_PP - 1`` bottleneck matchings, ``O(N D_DP)`` DataP work), and the TRY best are
+(the ``k + 1`` bottleneck matchings around it and the new groups' DataP), and the TRY best are
 descended for DESCENT_SWEEPS local-search sweeps (polish first: exact matchings and
 order). Levels cost one minimum spanning tree, ``O(N^2 log N)``, once per worker.
 """
@@ -107,11 +107,30 @@ def _targets(total: np.ndarray, k: int) -> np.ndarray | None:
     return None if (total % k).any() else np.tile(total // k, (k, 1))
 
 
-def _ordered_comm(model, cols: list[np.ndarray]) -> float:
-    """Comm of the groups in this order with exact matchings (no reordering)."""
-    data_p = max(float(model.t_dp[np.ix_(c, c)].sum(axis=1).max()) for c in cols)
-    pipe = sum(bottleneck_matching(model.t_pp[np.ix_(a, b)])[0] for a, b in zip(cols, cols[1:]))
-    return data_p + 2.0 * pipe
+class _Scorer:
+    """Comm of the groups with groups ``a .. b`` replaced, in the current order and with
+    exact matchings: only the new groups' DataP and the edges ``a - 1 .. b`` are
+    computed (``b - a + 3`` bottleneck matchings at most), the rest is kept."""
+
+    def __init__(self, model, cols: list[np.ndarray]) -> None:
+        self.model = model
+        self.dp = np.array([self._data_p(c) for c in cols])
+        self.edges = np.array([self._edge(x, y) for x, y in zip(cols, cols[1:])])
+
+    def _data_p(self, col: np.ndarray) -> float:
+        return float(self.model.t_dp[np.ix_(col, col)].sum(axis=1).max())
+
+    def _edge(self, x: np.ndarray, y: np.ndarray) -> float:
+        return float(bottleneck_matching(self.model.t_pp[np.ix_(x, y)])[0])
+
+    def comm(self, new: list[np.ndarray], a: int, b: int) -> float:
+        p = len(new)
+        outside = np.concatenate([self.dp[:a], self.dp[b + 1:]])
+        data_p = max([self._data_p(c) for c in new[a:b + 1]] + outside.tolist())
+        lo, hi = max(a - 1, 0), min(b, p - 2)  # edges that touch a new group
+        pipe = float(self.edges[:lo].sum() + self.edges[hi + 1:].sum())
+        pipe += sum(self._edge(new[e], new[e + 1]) for e in range(lo, hi + 1))
+        return data_p + 2.0 * pipe
 
 
 def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: float,
@@ -128,6 +147,7 @@ def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: floa
         cols = [best_grid[:, s] for s in range(best_grid.shape[1])]
         p = len(cols)
         found: list[tuple[float, int, list[np.ndarray]]] = []
+        scorer = _Scorer(model, cols)
         for lab in level_labels:
             vec = _counts(best_grid, lab)
             pre = np.vstack([np.zeros((1, vec.shape[1]), dtype=np.int64), np.cumsum(vec, axis=0)])
@@ -139,7 +159,7 @@ def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: floa
                     if stop():
                         return (best_grid, best, nfev) if moved else None
                     new = cols[:a] + _redeal(model.t_dp, cols[a:b + 1], lab, targets) + cols[b + 1:]
-                    found.append((_ordered_comm(model, new), len(found), new))
+                    found.append((scorer.comm(new, a, b), len(found), new))
         better = None
         for _, _, new in sorted(found, key=lambda f: (f[0], f[1]))[:TRY]:
             effort = Effort(int(sweeps * model.n * model.n), stop)

@@ -1,9 +1,9 @@
 /* Parallel tempering steps over as-launched placement grids (see solver/tempering.py).
  *
- * The same chains, proposals and acceptance as Ladder.run in numpy, one chain and one
- * proposal at a time: a proposal swaps grid positions i and j of one chain and costs
- * O(D_DP + D_PP) (the two columns' peer sums, the at most four touched edges, the other
- * columns' DataP). Random numbers: xoshiro256** seeded by the caller. Built on first use
+ * The same chains and acceptance as Ladder.run in numpy, one chain and one proposal at
+ * a time: a proposal swaps grid positions i and j of one chain and costs O(D_DP + D_PP)
+ * (the two columns' peer sums, the at most four touched edges, the other columns'
+ * DataP); a share COLUMN_SHARE of them (kernel only) swaps two whole columns instead. Random numbers: xoshiro256** seeded by the caller. Built on first use
  * by solver/native.py; the numpy Ladder is used wherever it cannot be built.
  */
 #include <math.h>
@@ -54,6 +54,66 @@ static double column_sums(const int64_t *g, int r, int p, int s, int64_t gone, i
     return own > m ? own : m;
 }
 
+/* Share of proposals that swap two whole stage groups (pipeline order) instead of two
+ * devices. */
+#define COLUMN_SHARE 0.125
+
+static void swap_columns(int64_t *g, int r, int p, int s1, int s2) {
+    for (int rr = 0; rr < r; rr++) {
+        int64_t t = g[rr * p + s1];
+        g[rr * p + s1] = g[rr * p + s2];
+        g[rr * p + s2] = t;
+    }
+}
+
+/* One proposal that swaps columns s1 and s2 of chain grid g: every column keeps its
+ * devices (so its DataP and peer sums), only edges s1 - 1, s1, s2 - 1, s2 change:
+ * O(D_DP) for the swap and the edges, O(D_PP) for the sums. Accepted by Metropolis on
+ * the same energy as a device swap. */
+static void column_move(int64_t *g, int r, int p, double *cd, double *ed, double *em,
+                        const double *tpp, int n, uint64_t *rng, double *energy,
+                        double *smooth, double temp, double lam, double *best,
+                        int64_t *best_grid) {
+    double newe[4], newm[4];
+    int touched[4], nt = 0;
+    int s1 = (int)below(rng, p), s2 = (int)((s1 + 1 + below(rng, p - 1)) % p);
+    swap_columns(g, r, p, s1, s2);
+    int cand[4] = {s1 - 1, s1, s2 - 1, s2};
+    for (int q = 0; q < 4; q++) {
+        int e = cand[q], dup = e < 0 || e > p - 2;
+        for (int w = 0; w < nt && !dup; w++) dup = touched[w] == e;
+        if (!dup) {
+            touched[nt] = e;
+            newe[nt] = edge_value(g, r, p, e, tpp, n, &newm[nt]);
+            nt++;
+        }
+    }
+    double dp = -INFINITY, dpsum = 0.0, pipe = 0.0, msum = 0.0;
+    for (int s = 0; s < p; s++) {
+        dpsum += cd[s];
+        if (cd[s] > dp) dp = cd[s];
+    }
+    for (int e = 0; e < p - 1; e++) { pipe += ed[e]; msum += em[e]; }
+    for (int w = 0; w < nt; w++) {
+        pipe += newe[w] - ed[touched[w]];
+        msum += newm[w] - em[touched[w]];
+    }
+    double e_new = dp + 2.0 * pipe, sm_new = dpsum / p + 2.0 * msum;
+    double delta = e_new - *energy + lam * (sm_new - *smooth);
+    if (delta <= 0.0 || uniform(rng) < exp(-delta / temp)) {
+        double t = cd[s1]; cd[s1] = cd[s2]; cd[s2] = t;
+        for (int w = 0; w < nt; w++) { ed[touched[w]] = newe[w]; em[touched[w]] = newm[w]; }
+        *energy = e_new;
+        *smooth = sm_new;
+        if (e_new < *best - 1e-12 * (*best > 1.0 ? *best : 1.0)) {
+            *best = e_new;
+            memcpy(best_grid, g, sizeof(int64_t) * n);
+        }
+    } else {
+        swap_columns(g, r, p, s1, s2);
+    }
+}
+
 /* Advance k chains by ``steps`` steps from step number ``step0``; returns 0.
  * grids: (k, r * p) device ids; sums: (k, n) peer sum per device; col_dp: (k, p);
  * edges: (k, p - 1); energy: (k,); chain_at: (k,) chain on each rung, coldest first;
@@ -79,6 +139,11 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
             double *S = sums + (int64_t)c * n, *cd = col_dp + (int64_t)c * p;
             double *ed = edges + (int64_t)c * (p > 1 ? p - 1 : 0);
             double *em = means + (int64_t)c * (p > 1 ? p - 1 : 0);
+            if (p > 2 && uniform(rng) < COLUMN_SHARE) {
+                column_move(g, r, p, cd, ed, em, tpp, n, rng, &energy[c], &smooth[c],
+                            temp_of[c], lam_of[c], best, best_grid);
+                continue;
+            }
             int64_t i = below(rng, n), j = (i + 1 + below(rng, n - 1)) % n;
             int s1 = (int)(i % p), s2 = (int)(j % p);
             int64_t a = g[i], b = g[j];
