@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("tempering.c")
-CFLAGS = ("-O2", "-shared", "-fPIC", "-std=c99", "-lm")
+CFLAGS = ("-O3", "-shared", "-fPIC", "-std=c99", "-lm")
 BUILD_TIMEOUT_S = 60
 
 _loaded: dict[str, object] = {}

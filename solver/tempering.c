@@ -58,6 +58,20 @@ static double column_sums(const int64_t *g, int r, int p, int s, int64_t gone, i
  * devices. */
 #define COLUMN_SHARE 0.125
 
+/* Running sums of one chain, so a proposal costs O(D_DP) and not O(D_PP) more: the
+ * column DataP total and its largest column, the edge and mean-link totals. Recomputed
+ * from the chain's arrays every exchange step, so rounding cannot build up. */
+typedef struct { double dpsum, pipe, msum; int top; } Totals;
+
+static void totals(const double *cd, const double *ed, const double *em, int p, Totals *t) {
+    t->dpsum = 0.0; t->pipe = 0.0; t->msum = 0.0; t->top = 0;
+    for (int s = 0; s < p; s++) {
+        t->dpsum += cd[s];
+        if (cd[s] > cd[t->top]) t->top = s;
+    }
+    for (int e = 0; e < p - 1; e++) { t->pipe += ed[e]; t->msum += em[e]; }
+}
+
 static void swap_columns(int64_t *g, int r, int p, int s1, int s2) {
     for (int rr = 0; rr < r; rr++) {
         int64_t t = g[rr * p + s1];
@@ -73,7 +87,7 @@ static void swap_columns(int64_t *g, int r, int p, int s1, int s2) {
 static void column_move(int64_t *g, int r, int p, double *cd, double *ed, double *em,
                         const double *tpp, int n, uint64_t *rng, double *energy,
                         double *smooth, double temp, double lam, double *best,
-                        int64_t *best_grid) {
+                        int64_t *best_grid, Totals *tot) {
     double newe[4], newm[4];
     int touched[4], nt = 0;
     int s1 = (int)below(rng, p), s2 = (int)((s1 + 1 + below(rng, p - 1)) % p);
@@ -88,12 +102,7 @@ static void column_move(int64_t *g, int r, int p, double *cd, double *ed, double
             nt++;
         }
     }
-    double dp = -INFINITY, dpsum = 0.0, pipe = 0.0, msum = 0.0;
-    for (int s = 0; s < p; s++) {
-        dpsum += cd[s];
-        if (cd[s] > dp) dp = cd[s];
-    }
-    for (int e = 0; e < p - 1; e++) { pipe += ed[e]; msum += em[e]; }
+    double dp = cd[tot->top], dpsum = tot->dpsum, pipe = tot->pipe, msum = tot->msum;
     for (int w = 0; w < nt; w++) {
         pipe += newe[w] - ed[touched[w]];
         msum += newm[w] - em[touched[w]];
@@ -102,7 +111,11 @@ static void column_move(int64_t *g, int r, int p, double *cd, double *ed, double
     double delta = e_new - *energy + lam * (sm_new - *smooth);
     if (delta <= 0.0 || uniform(rng) < exp(-delta / temp)) {
         double t = cd[s1]; cd[s1] = cd[s2]; cd[s2] = t;
+        if (tot->top == s1) tot->top = s2;
+        else if (tot->top == s2) tot->top = s1;
         for (int w = 0; w < nt; w++) { ed[touched[w]] = newe[w]; em[touched[w]] = newm[w]; }
+        tot->pipe = pipe;
+        tot->msum = msum;
         *energy = e_new;
         *smooth = sm_new;
         if (e_new < *best - 1e-12 * (*best > 1.0 ? *best : 1.0)) {
@@ -130,9 +143,13 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
     int touched[4];
     if (n < 2 || k < 1) return -1;
     double *work = malloc(sizeof(double) * (2 * (size_t)r + 2 * (size_t)k));
-    if (work == NULL) return -2;
+    Totals *tots = malloc(sizeof(Totals) * (size_t)k);
+    if (work == NULL || tots == NULL) { free(work); free(tots); return -2; }
     double *buf1 = work, *buf2 = work + r, *temp_of = work + 2 * r, *lam_of = temp_of + k;
+    const int np = p > 1 ? p - 1 : 0;
     for (int l = 0; l < k; l++) { temp_of[chain_at[l]] = rung_temp[l]; lam_of[chain_at[l]] = rung_lam[l]; }
+    for (int c = 0; c < k; c++)
+        totals(col_dp + (int64_t)c * p, edges + (int64_t)c * np, means + (int64_t)c * np, p, &tots[c]);
     for (int64_t step = step0; step < step0 + steps; step++) {
         for (int c = 0; c < k; c++) {
             int64_t *g = grids + (int64_t)c * n;
@@ -141,7 +158,7 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
             double *em = means + (int64_t)c * (p > 1 ? p - 1 : 0);
             if (p > 2 && uniform(rng) < COLUMN_SHARE) {
                 column_move(g, r, p, cd, ed, em, tpp, n, rng, &energy[c], &smooth[c],
-                            temp_of[c], lam_of[c], best, best_grid);
+                            temp_of[c], lam_of[c], best, best_grid, &tots[c]);
                 continue;
             }
             int64_t i = below(rng, n), j = (i + 1 + below(rng, n - 1)) % n;
@@ -153,13 +170,18 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
                 dp1 = column_sums(g, r, p, s1, a, b, S, tdp, n, buf1);
                 dp2 = column_sums(g, r, p, s2, b, a, S, tdp, n, buf2);
             }
-            double dp = dp1 > dp2 ? dp1 : dp2, dpsum = dp1 + (s1 != s2 ? dp2 : 0.0);
-            for (int s = 0; s < p; s++)
-                if (s != s1 && s != s2) {
-                    dpsum += cd[s];
-                    if (cd[s] > dp) dp = cd[s];
-                }
-            double pipe = 0.0, msum = 0.0;
+            Totals *tot = &tots[c];
+            /* the largest DataP of the other columns, and where it is */
+            int oi = tot->top;
+            if (oi == s1 || oi == s2) {
+                oi = -1;
+                for (int s = 0; s < p; s++)
+                    if (s != s1 && s != s2 && (oi < 0 || cd[s] > cd[oi])) oi = s;
+            }
+            double dp = dp1 > dp2 ? dp1 : dp2;
+            if (oi >= 0 && cd[oi] > dp) dp = cd[oi];
+            double dpsum = tot->dpsum + (s1 != s2 ? dp1 - cd[s1] + dp2 - cd[s2] : 0.0);
+            double pipe = tot->pipe, msum = tot->msum;
             int nt = 0;
             if (p > 1) {
                 int cand[4] = {s1 - 1, s1, s2 - 1, s2};
@@ -172,7 +194,6 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
                         nt++;
                     }
                 }
-                for (int e = 0; e < p - 1; e++) { pipe += ed[e]; msum += em[e]; }
                 for (int w = 0; w < nt; w++) {
                     pipe += newe[w] - ed[touched[w]];
                     msum += newm[w] - em[touched[w]];
@@ -188,8 +209,15 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
                         S[g[rr * p + s2]] = buf2[rr];
                     }
                     cd[s1] = dp1; cd[s2] = dp2;
+                    int top = oi;  /* the largest of the others, s1 and s2 */
+                    if (top < 0 || dp1 > cd[top]) top = s1;
+                    if (dp2 > cd[top]) top = s2;
+                    tot->top = top;
+                    tot->dpsum = dpsum;
                 }
                 for (int w = 0; w < nt; w++) { ed[touched[w]] = newe[w]; em[touched[w]] = newm[w]; }
+                tot->pipe = pipe;
+                tot->msum = msum;
                 energy[c] = e_new;
                 smooth[c] = sm_new;
                 if (e_new < *best - 1e-12 * (*best > 1.0 ? *best : 1.0)) {
@@ -201,6 +229,9 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
             }
         }
         if ((step + 1) % exchange_every == 0) {
+            for (int c = 0; c < k; c++)
+                totals(col_dp + (int64_t)c * p, edges + (int64_t)c * np, means + (int64_t)c * np, p,
+                       &tots[c]);
             int parity = (int)(((step + 1) / exchange_every) % 2);
             for (int l = parity; l + 1 < k; l += 2) {
                 int64_t x = chain_at[l], y = chain_at[l + 1];
@@ -217,5 +248,6 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
         }
     }
     free(work);
+    free(tots);
     return 0;
 }
