@@ -35,6 +35,8 @@ from solver.spanning import spanning_tree
 #: Coarsest levels tried (distinct component partitions with 2..MAX_COMPONENTS parts).
 LEVELS = 3
 MAX_COMPONENTS = 16
+#: Whether a segment whose counts do not divide may trade with the group beside it.
+ANCHORED = True
 #: Most improving rebalances applied in one call.
 MAX_MOVES = 4
 #: Rebalanced segments descended per pass (the best by their Comm in the current order)...
@@ -107,6 +109,32 @@ def _targets(total: np.ndarray, k: int) -> np.ndarray | None:
     return None if (total % k).any() else np.tile(total // k, (k, 1))
 
 
+def _anchored(total: np.ndarray, k: int, anchor: np.ndarray, most: int = 4) -> list[np.ndarray]:
+    """Equal vectors ``v`` for a segment of ``k`` groups whose total ``k`` does not
+    divide, with the group next to it (count vector ``anchor``) taking the rest:
+    ``anchor + total - k v`` must stay non-negative. ``v`` rounds ``total / k`` down or
+    up per component (sum ``D_DP``); at most ``most`` roundings, fewest moves first.
+    Returns ``(k + 1, m)`` targets, the anchor's first."""
+    share = total / k
+    low = np.floor(share).astype(np.int64)
+    frac = np.flatnonzero(share - low > 1e-9)
+    up = int(total.sum() // k - low.sum())
+    if up < 0 or up > len(frac) or len(frac) > MAX_COMPONENTS:
+        return []
+    from itertools import combinations
+
+    out = []
+    for chosen in combinations(frac.tolist(), up):
+        v = low.copy()
+        v[list(chosen)] += 1
+        rest = anchor + total - k * v
+        if (rest >= 0).all():
+            out.append((int(np.abs(total - k * v).sum()), len(out), np.vstack([rest, np.tile(v, (k, 1))])))
+        if len(out) >= 4 * most:
+            break
+    return [t for _, _, t in sorted(out, key=lambda x: (x[0], x[1]))[:most]]
+
+
 class _Scorer:
     """Comm of the groups with groups ``a .. b`` replaced, in the current order and with
     exact matchings: only the new groups' DataP and the edges ``a - 1 .. b`` are
@@ -153,13 +181,24 @@ def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: floa
             pre = np.vstack([np.zeros((1, vec.shape[1]), dtype=np.int64), np.cumsum(vec, axis=0)])
             for a in range(p - 1):
                 for b in range(a + 1, p):
-                    targets = _targets(pre[b + 1] - pre[a], b - a + 1)
-                    if targets is None or (vec[a:b + 1] == targets).all():
+                    total = pre[b + 1] - pre[a]
+                    targets = _targets(total, b - a + 1)
+                    if targets is not None:
+                        if (vec[a:b + 1] == targets).all():
+                            continue
+                        tries = [(a, b, targets)]
+                    elif ANCHORED:  # the group before or after the segment takes the rest
+                        tries = [(a - 1, b, t) for t in _anchored(total, b - a + 1, vec[a - 1])] if a else []
+                        if b + 1 < p:
+                            tries += [(a, b + 1, t[np.r_[1:len(t), 0]])
+                                      for t in _anchored(total, b - a + 1, vec[b + 1])]
+                    else:
                         continue
-                    if stop():
-                        return (best_grid, best, nfev) if moved else None
-                    new = cols[:a] + _redeal(model.t_dp, cols[a:b + 1], lab, targets) + cols[b + 1:]
-                    found.append((scorer.comm(new, a, b), len(found), new))
+                    for lo, hi, t in tries:
+                        if stop():
+                            return (best_grid, best, nfev) if moved else None
+                        new = cols[:lo] + _redeal(model.t_dp, cols[lo:hi + 1], lab, t) + cols[hi + 1:]
+                        found.append((scorer.comm(new, lo, hi), len(found), new))
         better = None
         for _, _, new in sorted(found, key=lambda f: (f[0], f[1]))[:TRY]:
             effort = Effort(int(sweeps * model.n * model.n), stop)

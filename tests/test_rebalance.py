@@ -7,11 +7,13 @@ from solver.rebalance import levels, rebalance
 from solver.workload import Workload
 
 
-def _two_sites(d_pp=4, d_dp=4, seed=0):
-    """Two sites of 8; links inside a site cheap, between sites dear (T_pp and T_dp)."""
+def _two_sites(d_pp=4, d_dp=4, seed=0, first=None):
+    """Two sites (of ``first`` devices and the rest; 8 and 8 by default); links inside a
+    site cheap, between sites dear (T_pp and T_dp)."""
     rng = np.random.default_rng(seed)
     n = d_pp * d_dp
-    site = np.repeat([0, 1], n // 2)
+    first = n // 2 if first is None else first
+    site = np.repeat([0, 1], [first, n - first])
     same = site[:, None] == site[None, :]
     t_pp = np.where(same, 0.1, 3.0) * rng.uniform(0.9, 1.1, (n, n))
     t_dp = np.where(same, 0.05, 0.4) * rng.uniform(0.9, 1.1, (n, n))
@@ -48,13 +50,38 @@ def test_an_unequal_run_is_rebalanced_in_one_move():
     assert nfev > 0
 
 
+def test_a_run_that_cannot_split_evenly_trades_with_the_group_beside_it(monkeypatch):
+    """Sites of 6 and 10: groups (2,2), (2,2), (1,3), (1,3). No run's counts divide
+    evenly except runs already equal, so equal vectors alone find nothing; groups 1-3
+    take (2,2) each and hand the rest to group 0, which becomes (0,4): one dear edge
+    fewer."""
+    model, site = _two_sites(first=6)
+    a, b = list(range(6)), list(range(6, 16))
+    cols = [a[0:2] + b[0:2], a[2:4] + b[2:4], a[4:5] + b[4:7], a[5:6] + b[7:10]]
+    grid = model.grid_for_partition(model.partition_of(np.array(cols).T))[0]
+    before = model.score_grid(grid).comm
+    import solver.rebalance as rb
+
+    lv = levels(model)[:1]
+    monkeypatch.setattr(rb, "ANCHORED", False)
+    assert rebalance(model, grid, lv, before, np.random.default_rng(0)) is None
+    monkeypatch.setattr(rb, "ANCHORED", True)
+    out = rebalance(model, grid, lv, before, np.random.default_rng(0))
+    assert out is not None
+    new, comm, _ = out
+    assert comm == model.score_grid(new).comm < before
+    counts = sorted(np.bincount(site[new[:, s]], minlength=2).tolist() for s in range(4))
+    assert counts == [[0, 4], [2, 2], [2, 2], [2, 2]]
+
+
 def test_a_balanced_grid_is_left_alone():
     model, _ = _two_sites()
     a, b = list(range(8)), list(range(8, 16))
     grid = np.array([a[2 * k:2 * k + 2] + b[2 * k:2 * k + 2] for k in range(4)]).T
     grid = model.grid_for_partition(model.partition_of(grid))[0]
     fun = model.score_grid(grid).comm
-    assert rebalance(model, grid, levels(model), fun, np.random.default_rng(0)) is None
+    # the site level only: finer levels split the sites by the noise, unevenly
+    assert rebalance(model, grid, levels(model)[:1], fun, np.random.default_rng(0)) is None
 
 
 def test_rebalance_stops_when_asked():
