@@ -31,7 +31,7 @@ suite, 2 cores:
 Cost: the ladder's steps (O(K (D_DP + D_PP)) each, solver.tempering), then one descent
 of at most DESCENT_SWEEPS local-search sweeps (O(N^2 D_DP) array work each) and
 partition passes of at most 4 N exact matchings, then the rebalancing (solver.rebalance;
-skipped while the component vectors are those it last failed on).
+skipped on component vectors it failed on before).
 """
 
 from __future__ import annotations
@@ -57,6 +57,11 @@ MIN_TEMPER_STEPS = 2000
 DESCENT_SWEEPS = 2
 #: ... and at most this many scored swaps (a sweep is 16.7 million at 4096 devices).
 DESCENT_MAX = 2_000_000
+#: Component-vector signatures on which rebalancing failed, kept per worker (oldest
+#: dropped first); a walk ending on one of them skips the rebalancing.
+MAX_FAILED = 64
+#: Each walk's closing time is remembered as max(this one, CLOSING_FADE x the last).
+CLOSING_FADE = 0.7
 #: Most devices for a full closing descent; above, the walk's best is only polished.
 DESCENT_FULL_N = 512
 
@@ -117,6 +122,7 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     if cancel():  # cancelled, or the time limit is reached: hand back what the ladder has
         return Walk(best_grid, best, strategy, effort.nfev - start_nfev, effort.nit - start_nit,
                     done, trace)
+    closing_from = clock()
     # its own budget: it runs even when the walk's clock ended the ladder; above
     # DESCENT_FULL_N devices only the polish (a partition pass alone is 4 N matchings)
     sweeps = DESCENT_SWEEPS * model.n * model.n if model.n <= DESCENT_FULL_N else 0
@@ -132,12 +138,18 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
             memory["levels"] = levels(model)
         key = signature(state.grid, memory["levels"])
         moved = None
-        if memory.get("balanced") != key:  # the same component vectors failed last time
+        failed = memory.setdefault("balanced", {})  # component vectors that failed before
+        if key not in failed:
             moved = rebalance(model, state.grid, memory["levels"], float(state.score), rng, stop=cancel)
-            memory["balanced"] = key if moved is None and not cancel() else None
+            if moved is None and not cancel():
+                if len(failed) >= MAX_FAILED:
+                    failed.pop(next(iter(failed)))  # the oldest
+                failed[key] = True
         if moved is not None:
             effort.nfev += moved[2]
             ladder.inject(moved[0], moved[1])
             improved(moved[1], "parallel tempering, descent, then segment rebalance", moved[0])
+    # how long the closing took, fading (solver.workers stops the next ladder that early)
+    memory["closing_s"] = max(clock() - closing_from, CLOSING_FADE * memory.get("closing_s", 0.0))
     return Walk(best_grid, best, strategy, effort.nfev - start_nfev, effort.nit - start_nit,
                 done, trace)
