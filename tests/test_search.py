@@ -270,3 +270,32 @@ def test_worker_processes_start_when_stderr_has_no_descriptor(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "lost" not in out.stdout and "could not start" not in out.stdout, out.stdout
+
+
+def test_a_timed_round_stops_its_ladder_early_enough_for_the_closing(monkeypatch):
+    """The ladder of a timed round stops as long before the round's end as the walk's
+    closing (descent, rebalancing) took last time, at most CLOSING_SHARE of the round;
+    the walk then records how long its own closing took."""
+    import solver.workers as workers
+
+    now = [1000.0]
+    monkeypatch.setattr(workers.time, "monotonic", lambda: now[0])
+    seen = {}
+
+    def fake_temper(model, grid, fun, rng, effort, memory, **kw):
+        for at in (0.3, 0.59, 0.61, 0.99):
+            now[0] = 1000.0 + at
+            seen.setdefault(effort.should_stop(), at)
+        seen["late"] = kw["cancel"]()
+        return "walk"
+
+    monkeypatch.setattr(workers, "temper", fake_temper)
+    model = random_model(np.random.default_rng(0), 2, 2)
+    plan = workers.Rounds(seed=0, walk_evals=1, patience=1, budget=1, deadline=1100.0, round_s=1.0,
+                          by_clock=True)
+    for closing, stops_at in ((0.4, 0.61), (5.0, 0.59), (0.0, None)):
+        seen.clear()
+        now[0] = 1000.0
+        assert workers._one_walk(model, 0, 0, None, 1.0, plan, lambda: False, lambda f: None,
+                                 {"closing_s": closing}) == "walk"
+        assert seen.get(True) == stops_at and seen[False] == 0.3 and seen["late"] is False
