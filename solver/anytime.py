@@ -28,7 +28,14 @@ suite, 2 cores:
   move and descending reaches 37.8 s in 0.5 s (three such layouts: 37.8-38.6); at
   10 s that instance then reached 38.7 s where it had reached 40.3 s.
 
-Cost: the ladder's steps (O(K (D_DP + D_PP)) each, solver.tempering), then one descent
+Under a time limit the ladder of a round stops as long before the round's end as the
+walk's closing (descent, rebalancing) took last time, at most half the round
+(solver.workers.CLOSING_SHARE): at 192 GPUs the closing (0.3-0.5 s of descent, 0.5 s or
+more of rebalancing, rounds of 1.1 s at ``--time-limit 10``) otherwise ran past its grace
+and was cut off in most rounds, and about one run in three kept a layout one
+rebalancing move from 38 s at 41-42 s.
+
+Cost: the ladder's steps (O(K D_DP) each, solver.tempering), then one descent
 of at most DESCENT_SWEEPS local-search sweeps (O(N^2 D_DP) array work each) and
 partition passes of at most 4 N exact matchings, then the rebalancing (solver.rebalance;
 skipped on component vectors it failed on before).

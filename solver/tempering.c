@@ -1,10 +1,12 @@
 /* Parallel tempering steps over as-launched placement grids (see solver/tempering.py).
  *
  * The same chains and acceptance as Ladder.run in numpy, one chain and one proposal at
- * a time: a proposal swaps grid positions i and j of one chain and costs O(D_DP + D_PP)
- * (the two columns' peer sums, the at most four touched edges, the other columns'
- * DataP); a share COLUMN_SHARE of them (kernel only) swaps two whole columns instead. Random numbers: xoshiro256** seeded by the caller. Built on first use
- * by solver/native.py; the numpy Ladder is used wherever it cannot be built.
+ * a time: a proposal swaps grid positions i and j of one chain and costs O(D_DP) (the
+ * two columns' peer sums, the at most four touched edges; the other columns' DataP come
+ * from running totals, O(D_PP) only when the largest column is touched); a share
+ * COLUMN_SHARE of them (kernel only) swaps two whole columns instead. Random numbers:
+ * xoshiro256** seeded by the caller. Built on first use by solver/native.py; the numpy
+ * Ladder is used wherever it cannot be built.
  */
 #include <math.h>
 #include <stdint.h>

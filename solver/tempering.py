@@ -29,8 +29,10 @@ Every ``EXCHANGE_EVERY`` steps, chains on neighbouring rungs ``l, l + 1`` exchan
 rungs with probability ``min(1, exp((E_l(x) - E_l(y)) / T_l + (E_{l+1}(y) - E_{l+1}(x)) / T_{l+1}))``
 (replica exchange with rung-dependent energies; Hukushima and Nemoto, 1996; Sugita,
 Kitao and Okamoto, 2000), so a state found hot can cool and a cold chain stuck in a
-basin can warm up and leave it. One proposal costs O(D_DP + D_PP) in the compiled
-kernel (solver/tempering.c, about 0.2 us); the numpy steps here (the fallback, plain
+basin can warm up and leave it. One proposal costs O(D_DP) in the compiled kernel
+(solver/tempering.c, about 0.15 us: it keeps each chain's DataP total, largest column
+and edge totals, and walks the other columns, O(D_PP), only when the proposal touches
+the column with the largest DataP); the numpy steps here (the fallback, plain
 Comm on every rung) cost O(K D_DP) array work per step of all K chains, a few us a
 proposal.
 
@@ -40,7 +42,8 @@ the good layouts lie several block exchanges away from every topology start, and
 Metropolis walk over millions of cheap swaps crosses those ridges where a few hundred
 descents cannot (measured with benchmarks/anytime.py; figures in solver.anytime). The
 ladder needs no schedule, so its answer keeps improving with the time given.
-Cost per step of all K chains: O(K (D_DP + D_PP)).
+Cost per step of all K chains: O(K D_DP) expected in the kernel, O(K (D_DP + D_PP)) at
+worst and in numpy.
 """
 
 from __future__ import annotations
