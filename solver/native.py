@@ -4,7 +4,7 @@
 search then steps its chains in numpy (solver.tempering): about 20x slower, and without
 the kernel's smoothing term, so its results differ from the kernel's.
 
-Build: ``$CC`` (default ``gcc``) ``-O2 -shared -fPIC`` into a per-user cache folder,
+Build: ``$CC`` (default ``gcc``) ``-O3 -shared -fPIC`` into a per-user cache folder,
 ``$XDG_CACHE_HOME/geoconsole`` (default ``~/.cache/geoconsole``), as
 ``tempering-<hash of the source, the compiler command and the platform>.so``. The
 folder is created mode 0700; a library is loaded only from a folder and a file owned by

@@ -62,16 +62,21 @@ static double column_sums(const int64_t *g, int r, int p, int s, int64_t gone, i
 
 /* Running sums of one chain, so a proposal costs O(D_DP) and not O(D_PP) more: the
  * column DataP total and its largest column, the edge and mean-link totals. Recomputed
- * from the chain's arrays every exchange step, so rounding cannot build up. */
+ * from the chain's arrays, with the chain's energy and smoothing term, at the start of
+ * every call and every exchange step, so rounding cannot build up; the caller ends its
+ * calls on exchange steps, so the chains do not depend on how a run is split. */
 typedef struct { double dpsum, pipe, msum; int top; } Totals;
 
-static void totals(const double *cd, const double *ed, const double *em, int p, Totals *t) {
+static void totals(const double *cd, const double *ed, const double *em, int p, Totals *t,
+                   double *energy, double *smooth) {
     t->dpsum = 0.0; t->pipe = 0.0; t->msum = 0.0; t->top = 0;
     for (int s = 0; s < p; s++) {
         t->dpsum += cd[s];
         if (cd[s] > cd[t->top]) t->top = s;
     }
     for (int e = 0; e < p - 1; e++) { t->pipe += ed[e]; t->msum += em[e]; }
+    *energy = cd[t->top] + 2.0 * t->pipe;
+    *smooth = t->dpsum / p + 2.0 * t->msum;
 }
 
 static void swap_columns(int64_t *g, int r, int p, int s1, int s2) {
@@ -84,8 +89,8 @@ static void swap_columns(int64_t *g, int r, int p, int s1, int s2) {
 
 /* One proposal that swaps columns s1 and s2 of chain grid g: every column keeps its
  * devices (so its DataP and peer sums), only edges s1 - 1, s1, s2 - 1, s2 change:
- * O(D_DP) for the swap and the edges, O(D_PP) for the sums. Accepted by Metropolis on
- * the same energy as a device swap. */
+ * O(D_DP) for the swap and the edges. Accepted by Metropolis on the same energy as a
+ * device swap. */
 static void column_move(int64_t *g, int r, int p, double *cd, double *ed, double *em,
                         const double *tpp, int n, uint64_t *rng, double *energy,
                         double *smooth, double temp, double lam, double *best,
@@ -151,7 +156,8 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
     const int np = p > 1 ? p - 1 : 0;
     for (int l = 0; l < k; l++) { temp_of[chain_at[l]] = rung_temp[l]; lam_of[chain_at[l]] = rung_lam[l]; }
     for (int c = 0; c < k; c++)
-        totals(col_dp + (int64_t)c * p, edges + (int64_t)c * np, means + (int64_t)c * np, p, &tots[c]);
+        totals(col_dp + (int64_t)c * p, edges + (int64_t)c * np, means + (int64_t)c * np, p, &tots[c],
+               &energy[c], &smooth[c]);
     for (int64_t step = step0; step < step0 + steps; step++) {
         for (int c = 0; c < k; c++) {
             int64_t *g = grids + (int64_t)c * n;
@@ -175,7 +181,7 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
             Totals *tot = &tots[c];
             /* the largest DataP of the other columns, and where it is */
             int oi = tot->top;
-            if (oi == s1 || oi == s2) {
+            if (s1 != s2 && (oi == s1 || oi == s2)) {
                 oi = -1;
                 for (int s = 0; s < p; s++)
                     if (s != s1 && s != s2 && (oi < 0 || cd[s] > cd[oi])) oi = s;
@@ -233,7 +239,7 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
         if ((step + 1) % exchange_every == 0) {
             for (int c = 0; c < k; c++)
                 totals(col_dp + (int64_t)c * p, edges + (int64_t)c * np, means + (int64_t)c * np, p,
-                       &tots[c]);
+                       &tots[c], &energy[c], &smooth[c]);
             int parity = (int)(((step + 1) / exchange_every) % 2);
             for (int l = parity; l + 1 < k; l += 2) {
                 int64_t x = chain_at[l], y = chain_at[l + 1];

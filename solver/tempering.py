@@ -196,6 +196,12 @@ class Ladder:
         done, chunk, told = 0, 8, self.best
         while done < steps and not stop():
             now = min(chunk, steps - done)
+            if done + now < steps:  # calls end on exchange steps (see solver/tempering.c)
+                start = self.steps + done
+                end = (start + now) // EXCHANGE_EVERY * EXCHANGE_EVERY
+                if end <= start:
+                    end = (start // EXCHANGE_EVERY + 1) * EXCHANGE_EVERY
+                now = min(end - start, steps - done)
             t0 = time.perf_counter()
             code = fn(k, r, p, *ptrs, self.steps + done, now, EXCHANGE_EVERY, ctypes.byref(best),
                       best_grid.ctypes.data, *tail)

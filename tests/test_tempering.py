@@ -102,6 +102,28 @@ def test_ladder_is_a_pure_function_of_its_seed_and_steps(use_native):
     # show that the chunking does not matter
 
 
+def test_kernel_chains_do_not_depend_on_how_a_run_is_split(monkeypatch):
+    """The kernel's steps come in time-sized calls; one step per call (CHUNK_S tiny) and
+    a few large calls give the same chains (its running totals are refreshed on the
+    exchange steps where calls end)."""
+    if native.kernel() is None:
+        pytest.fail(native.why_not())
+    import solver.tempering as tempering
+
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        model = random_model(rng, 6, 4, clustered=True)
+        start = rng.permutation(24).reshape(4, 6)
+        runs = []
+        for chunk_s in (1.0, 1e-12):
+            monkeypatch.setattr(tempering, "CHUNK_S", chunk_s)
+            ladder = Ladder(model, start, np.random.default_rng(seed), chains=8)
+            ladder.run(3001)
+            ladder.run(1999)
+            runs.append(ladder)
+        assert np.array_equal(runs[0].grids, runs[1].grids) and runs[0].best == runs[1].best
+
+
 def test_ladder_finds_brute_forced_optima_of_small_instances():
     hits = 0
     for k in range(6):
