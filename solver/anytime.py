@@ -38,7 +38,7 @@ rebalancing move from 38 s at 41-42 s.
 Cost: the ladder's steps (O(K D_DP) each, solver.tempering), then one descent
 of at most DESCENT_SWEEPS local-search sweeps (O(N^2 D_DP) array work each) and
 partition passes of at most 4 N exact matchings, then the rebalancing (solver.rebalance;
-skipped on component vectors it failed on before).
+skipped while the component vectors are those it last failed on).
 """
 
 from __future__ import annotations
@@ -64,9 +64,6 @@ MIN_TEMPER_STEPS = 2000
 DESCENT_SWEEPS = 2
 #: ... and at most this many scored swaps (a sweep is 16.7 million at 4096 devices).
 DESCENT_MAX = 2_000_000
-#: Component-vector signatures on which rebalancing failed, kept per worker (oldest
-#: dropped first); a walk ending on one of them skips the rebalancing.
-MAX_FAILED = 64
 #: Each walk's closing time is remembered as max(this one, CLOSING_FADE x the last).
 CLOSING_FADE = 0.7
 #: Most devices for a full closing descent; above, the walk's best is only polished.
@@ -129,6 +126,8 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     if cancel():  # cancelled, or the time limit is reached: hand back what the ladder has
         return Walk(best_grid, best, strategy, effort.nfev - start_nfev, effort.nit - start_nit,
                     done, trace)
+    if model.n <= DESCENT_FULL_N and "levels" not in memory:  # once per worker, not timed
+        memory["levels"] = levels(model)
     closing_from = clock()
     # its own budget: it runs even when the walk's clock ended the ladder; above
     # DESCENT_FULL_N devices only the polish (a partition pass alone is 4 N matchings)
@@ -141,17 +140,11 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
         ladder.inject(state.grid, state.score)
         improved(state.score, "parallel tempering, then descent", state.grid)
     if model.n <= DESCENT_FULL_N and not cancel():
-        if "levels" not in memory:
-            memory["levels"] = levels(model)
         key = signature(state.grid, memory["levels"])
         moved = None
-        failed = memory.setdefault("balanced", {})  # component vectors that failed before
-        if key not in failed:
+        if memory.get("balanced") != key:  # the same component vectors failed last time
             moved = rebalance(model, state.grid, memory["levels"], float(state.score), rng, stop=cancel)
-            if moved is None and not cancel():
-                if len(failed) >= MAX_FAILED:
-                    failed.pop(next(iter(failed)))  # the oldest
-                failed[key] = True
+            memory["balanced"] = key if moved is None and not cancel() else None
         if moved is not None:
             effort.nfev += moved[2]
             ladder.inject(moved[0], moved[1])

@@ -123,26 +123,25 @@ def _anchored(total: np.ndarray, k: int, anchor: np.ndarray, most: int = 4) -> l
     """Equal vectors ``v`` for a segment of ``k`` groups whose total ``k`` does not
     divide, with the group next to it (count vector ``anchor``) taking the rest:
     ``anchor + total - k v`` must stay non-negative. ``v`` rounds ``total / k`` down or
-    up per component (sum ``D_DP``); at most ``most`` roundings, fewest moves first.
-    Returns ``(k + 1, m)`` targets, the anchor's first."""
-    share = total / k
-    low = np.floor(share).astype(np.int64)
-    frac = np.flatnonzero(share - low > 1e-9)
-    up = int(total.sum() // k - low.sum())
-    if up < 0 or up > len(frac) or len(frac) > MAX_COMPONENTS:
-        return []
-    from itertools import combinations
+    up per component (summing to ``D_DP``); rounding down is always feasible, rounding
+    component c up only when ``anchor_c + total_c - k (low_c + 1) >= 0``. The roundings
+    that move the fewest devices (the largest remainders rounded up) come first; at most
+    ``most``. Returns ``(k + 1, m)`` targets, the anchor's first. O(m log m + most m)."""
+    from itertools import combinations, islice
 
+    low = total // k
+    rem = total - k * low
+    up = int(total.sum() // k - low.sum())
+    ok = np.flatnonzero((rem > 0) & (anchor + total - k * (low + 1) >= 0))
+    if up < 0 or up > len(ok):
+        return []
+    ok = ok[np.argsort(-rem[ok], kind="stable")]  # largest remainder first
     out = []
-    for chosen in combinations(frac.tolist(), up):
+    for chosen in islice(combinations(ok.tolist(), up), most):
         v = low.copy()
         v[list(chosen)] += 1
-        rest = anchor + total - k * v
-        if (rest >= 0).all():
-            out.append((int(np.abs(total - k * v).sum()), len(out), np.vstack([rest, np.tile(v, (k, 1))])))
-        if len(out) >= 4 * most:
-            break
-    return [t for _, _, t in sorted(out, key=lambda x: (x[0], x[1]))[:most]]
+        out.append(np.vstack([anchor + total - k * v, np.tile(v, (k, 1))]))
+    return out
 
 
 class _Scorer:
