@@ -39,6 +39,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 #: Default size cap for an input file (fabrics of thousands of devices fit).
 MAX_BYTES = 1 << 30
+#: Longest unterminated last line an append reads to tell whether it is torn (a longer
+#: one is kept, and the new line starts on a fresh line).
+MAX_TAIL = 64 << 20
 #: Deepest nesting of JSON arrays and objects accepted anywhere.
 MAX_DEPTH = 64
 #: Longest integer literal accepted in JSON (2**63 has 19 digits).
@@ -297,7 +300,7 @@ def append_line(path: str | os.PathLike[str], line: str, *, error: type[Exceptio
         end = os.lseek(fd, 0, os.SEEK_END)
         if end and os.pread(fd, 1, end - 1) != b"\n":
             start = _line_start(fd, end)
-            if torn is not None and torn(os.pread(fd, end - start, start)):
+            if torn is not None and end - start <= MAX_TAIL and torn(os.pread(fd, end - start, start)):
                 os.ftruncate(fd, start)
             else:
                 data = b"\n" + data
