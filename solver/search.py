@@ -148,7 +148,7 @@ def default_budget(n: int) -> int:
 def rounds_budget(n: int, workers: int) -> int:
     """Swaps scored by the anytime rounds when neither a budget nor a time limit is given:
     MAX_DEFAULT_ROUNDS rounds of every worker's tempering walk (``temper_walk(N)``:
-    500 sweeps of N^2, at most 20 million swaps, about 4 s each with the compiled kernel),
+    1500 sweeps of N^2, at most 20 million swaps, about 3 s each with the compiled kernel),
     2 rounds above 512 devices."""
     rounds = MAX_DEFAULT_ROUNDS if n <= 512 else 2
     return rounds * temper_walk(n) * workers
