@@ -56,6 +56,34 @@ static double column_sums(const int64_t *g, int r, int p, int s, int64_t gone, i
     return own > m ? own : m;
 }
 
+/* New values of the edges beside columns s1 and s2 of grid g (s1 - 1, s1, s2 - 1, s2,
+ * each once, those inside 0 .. p - 2) into touched/newe/newm, and their changes against
+ * ed/em added to *pipe and *msum; returns how many. O(D_DP) each. */
+static int rescore_edges(const int64_t *g, int r, int p, int s1, int s2, const double *tpp,
+                         int n, const double *ed, const double *em, int *touched, double *newe,
+                         double *newm, double *pipe, double *msum) {
+    int nt = 0, cand[4] = {s1 - 1, s1, s2 - 1, s2};
+    for (int q = 0; q < 4; q++) {
+        int e = cand[q], dup = e < 0 || e > p - 2;
+        for (int w = 0; w < nt && !dup; w++) dup = touched[w] == e;
+        if (!dup) {
+            touched[nt] = e;
+            newe[nt] = edge_value(g, r, p, e, tpp, n, &newm[nt]);
+            nt++;
+        }
+    }
+    for (int w = 0; w < nt; w++) {
+        *pipe += newe[w] - ed[touched[w]];
+        *msum += newm[w] - em[touched[w]];
+    }
+    return nt;
+}
+
+static void commit_edges(double *ed, double *em, const int *touched, const double *newe,
+                         const double *newm, int nt) {
+    for (int w = 0; w < nt; w++) { ed[touched[w]] = newe[w]; em[touched[w]] = newm[w]; }
+}
+
 /* Share of proposals that swap two whole stage groups (pipeline order) instead of two
  * devices. */
 #define COLUMN_SHARE 0.125
@@ -96,31 +124,18 @@ static void column_move(int64_t *g, int r, int p, double *cd, double *ed, double
                         double *smooth, double temp, double lam, double *best,
                         int64_t *best_grid, Totals *tot) {
     double newe[4], newm[4];
-    int touched[4], nt = 0;
+    int touched[4];
     int s1 = (int)below(rng, p), s2 = (int)((s1 + 1 + below(rng, p - 1)) % p);
     swap_columns(g, r, p, s1, s2);
-    int cand[4] = {s1 - 1, s1, s2 - 1, s2};
-    for (int q = 0; q < 4; q++) {
-        int e = cand[q], dup = e < 0 || e > p - 2;
-        for (int w = 0; w < nt && !dup; w++) dup = touched[w] == e;
-        if (!dup) {
-            touched[nt] = e;
-            newe[nt] = edge_value(g, r, p, e, tpp, n, &newm[nt]);
-            nt++;
-        }
-    }
     double dp = cd[tot->top], dpsum = tot->dpsum, pipe = tot->pipe, msum = tot->msum;
-    for (int w = 0; w < nt; w++) {
-        pipe += newe[w] - ed[touched[w]];
-        msum += newm[w] - em[touched[w]];
-    }
+    int nt = rescore_edges(g, r, p, s1, s2, tpp, n, ed, em, touched, newe, newm, &pipe, &msum);
     double e_new = dp + 2.0 * pipe, sm_new = dpsum / p + 2.0 * msum;
     double delta = e_new - *energy + lam * (sm_new - *smooth);
     if (delta <= 0.0 || uniform(rng) < exp(-delta / temp)) {
         double t = cd[s1]; cd[s1] = cd[s2]; cd[s2] = t;
         if (tot->top == s1) tot->top = s2;
         else if (tot->top == s2) tot->top = s1;
-        for (int w = 0; w < nt; w++) { ed[touched[w]] = newe[w]; em[touched[w]] = newm[w]; }
+        commit_edges(ed, em, touched, newe, newm, nt);
         tot->pipe = pipe;
         tot->msum = msum;
         *energy = e_new;
@@ -190,23 +205,7 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
             if (oi >= 0 && cd[oi] > dp) dp = cd[oi];
             double dpsum = tot->dpsum + (s1 != s2 ? dp1 - cd[s1] + dp2 - cd[s2] : 0.0);
             double pipe = tot->pipe, msum = tot->msum;
-            int nt = 0;
-            if (p > 1) {
-                int cand[4] = {s1 - 1, s1, s2 - 1, s2};
-                for (int q = 0; q < 4; q++) {
-                    int e = cand[q], dup = e < 0 || e > p - 2;
-                    for (int w = 0; w < nt && !dup; w++) dup = touched[w] == e;
-                    if (!dup) {
-                        touched[nt] = e;
-                        newe[nt] = edge_value(g, r, p, e, tpp, n, &newm[nt]);
-                        nt++;
-                    }
-                }
-                for (int w = 0; w < nt; w++) {
-                    pipe += newe[w] - ed[touched[w]];
-                    msum += newm[w] - em[touched[w]];
-                }
-            }
+            int nt = rescore_edges(g, r, p, s1, s2, tpp, n, ed, em, touched, newe, newm, &pipe, &msum);
             double e_new = dp + 2.0 * pipe;
             double sm_new = dpsum / p + 2.0 * msum;
             double delta = e_new - energy[c] + lam_of[c] * (sm_new - smooth[c]);
@@ -223,7 +222,7 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
                     tot->top = top;
                     tot->dpsum = dpsum;
                 }
-                for (int w = 0; w < nt; w++) { ed[touched[w]] = newe[w]; em[touched[w]] = newm[w]; }
+                commit_edges(ed, em, touched, newe, newm, nt);
                 tot->pipe = pipe;
                 tot->msum = msum;
                 energy[c] = e_new;
