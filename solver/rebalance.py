@@ -28,9 +28,10 @@ keeps.
 
 Cost per pass: per level, the ``O(D_PP^2)`` segments are tested on prefix sums of the
 component counts (``O(m)`` each); a rebalanced segment is scored in the current order
-(the ``k + 1`` bottleneck matchings around it and the new groups' DataP), and the TRY best are
-descended for DESCENT_SWEEPS local-search sweeps (polish first: exact matchings and
-order). Levels cost one minimum spanning tree, ``O(N^2 log N)``, once per worker.
+(the ``k + 1`` bottleneck matchings around it and the new groups' DataP), and the TRY
+best are descended for DESCENT_SWEEPS local-search sweeps (polish first: exact matchings and
+order). Levels come from the model's minimum spanning tree (solver.spanning, built once
+per model, O(N^2)), then O(N) each.
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ places in the pipeline order: every column keeps its devices, so only the (at mo
 edges beside them are rescored, O(D_DP). Device swaps alone reorder the pipeline only
 through layouts that break stage groups apart. On the 16-stage 16 x 4 suite instance a
 40 s run (seed 0) reached 38.92 s without the column swaps and 36.49 s with them (seeds
-3 and 4: 35.62 and 36.49); at 10 s the suite's figures moved within their noise. The energy of rung ``l``
-is ``E_l = Comm + lambda_l S`` with the smoothing term
+3 and 4: 35.62 and 36.49); at 10 s the suite's figures moved within their noise.
+
+The energy of rung ``l`` is ``E_l = Comm + lambda_l S`` with the smoothing term
 ``S = mean_s DataP(s) + 2 sum_s mean_r T_pp[G[r, s], G[r, s + 1]]`` and ``lambda_l``
 rising linearly from 0 on the coldest rung to SMOOTHING on the hottest: Comm is a sum
 of maxima, flat wherever a change does not touch the slowest link or the worst device,

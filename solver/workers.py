@@ -55,9 +55,10 @@ WORKER_NICE = 4
 DESCENT_GRACE = 0.25
 #: Most of a timed round kept for the walk's closing descent and rebalancing: the
 #: ladder stops that much before the round ends. Without it the closing of a 192-GPU
-#: walk (about 0.5 s of descent, 0.5-2 s of rebalancing) ran past the grace in every
-#: round of a 10 s solve and was cut off, so a layout the rebalancing fixes in one move
-#: (41.9 -> 38.1 s) was returned as it was in about one run of three.
+#: walk (0.3-0.5 s of descent, 0.5 s or more of rebalancing, in rounds of 1.1 s) ran
+#: past the grace in most rounds of a 10 s solve and was cut off, so a layout the
+#: rebalancing fixes in one move (41.9 -> 38.1 s) was returned as it was in about one
+#: run of three.
 CLOSING_SHARE = 0.5
 
 
