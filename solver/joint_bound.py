@@ -99,11 +99,13 @@ def _cumulative(t_dp: np.ndarray, labels: np.ndarray, m: int, r: int) -> np.ndar
     cum[:, :, 0] = 0.0
     for c in range(m):
         members = np.flatnonzero(labels == c)
-        block = t_dp[:, members].copy()
+        block = t_dp[:, members]  # a copy (fancy indexing)
         block[members, np.arange(len(members))] = np.inf  # d is not its own peer
-        block.sort(axis=1)
         k = min(r, len(members))
-        cum[:, c, 1:k + 1] = np.cumsum(block[:, :k], axis=1)
+        if k < len(members):  # only the k smallest are needed: select, then sort those
+            block.partition(k - 1, axis=1)
+        block = np.sort(block[:, :k], axis=1)
+        cum[:, c, 1:k + 1] = np.cumsum(block, axis=1)
     return cum
 
 
@@ -193,10 +195,8 @@ def _pair_floor(t_pp: np.ndarray, labels: np.ndarray, m: int) -> np.ndarray:
     n = t_pp.shape[0]
     off = np.where(np.eye(n, dtype=bool), np.inf, t_pp)
     out = np.full((m, m), np.inf)
-    for c in range(m):
-        rows = off[labels == c]
-        for c2 in range(m):
-            out[c, c2] = rows[:, labels == c2].min()
+    for c in range(m):  # per column, the cheapest link from c; then per component: O(N^2)
+        np.minimum.at(out[c], labels, off[labels == c].min(axis=0))
     return out
 
 

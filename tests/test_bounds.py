@@ -119,3 +119,25 @@ def test_device_floors_see_that_a_slow_device_sits_in_some_stage_group(monkeypat
     without = lower_bound(model, 5.0).value
     assert with_floors == pytest.approx(apart)
     assert without == pytest.approx(7.4)
+
+
+def test_spanning_tree_keeps_links_cheaper_than_a_hundred_millionth():
+    """Hosts whose inner links cost 1e-9 s (a tiny payload): the tree must join each
+    host by them (scipy's dense-to-sparse conversion drops values below 1e-8 as if they
+    were no link), and the bound on such a fabric stays valid."""
+    from solver.spanning import SpanningTree
+    from solver.workload import Workload
+
+    host = np.array([0, 0, 1, 1, 2, 2])
+    rng = np.random.default_rng(5)
+    t_pp = np.where(host[:, None] == host[None, :], 1e-9, 1.0 + rng.random((6, 6)))
+    t_pp = (t_pp + t_pp.T) / 2
+    np.fill_diagonal(t_pp, 0.0)
+    tree = SpanningTree(t_pp)
+    assert int((tree.weights < 1e-8).sum()) == 3
+    m, labels = tree.components(1e-8)
+    assert m == 3 and len({(labels[2 * h], labels[2 * h + 1]) for h in range(3)}) == 3
+    assert all(labels[2 * h] == labels[2 * h + 1] for h in range(3))
+    t_dp = t_pp / 2
+    model = CostModel(t_pp, t_dp, Workload(3, 2, 1.0, 1.0))
+    assert lower_bound(model, 0.5).value <= brute_force_optimum(model) + 1e-12
