@@ -4,7 +4,8 @@
  * a time: a proposal swaps grid positions i and j of one chain and costs O(D_DP) (the
  * two columns' peer sums, the at most four touched edges; the other columns' DataP come
  * from running totals, O(D_PP) only when the largest column is touched); a share
- * COLUMN_SHARE of them (kernel only) swaps two whole columns instead. Random numbers:
+ * COLUMN_SHARE of them (kernel only) swaps two whole columns instead, and a share
+ * TAIL_SHARE swaps two pipelines' devices right of one edge. Random numbers:
  * xoshiro256** seeded by the caller. Built on first use by solver/native.py; the numpy
  * Ladder is used wherever it cannot be built.
  */
@@ -84,9 +85,13 @@ static void commit_edges(double *ed, double *em, const int *touched, const doubl
     for (int w = 0; w < nt; w++) { ed[touched[w]] = newe[w]; em[touched[w]] = newm[w]; }
 }
 
-/* Share of proposals that swap two whole stage groups (pipeline order) instead of two
- * devices. */
+/* Shares of proposals that, instead of swapping two devices, swap two whole stage
+ * groups (pipeline order) or the tails of two pipelines (one edge's matching);
+ * ``CC="gcc -DTAIL_SHARE=0"`` builds a kernel without the latter, for comparisons. */
 #define COLUMN_SHARE 0.125
+#ifndef TAIL_SHARE
+#define TAIL_SHARE 0.125
+#endif
 
 /* Running sums of one chain, so a proposal costs O(D_DP) and not O(D_PP) more: the
  * column DataP total and its largest column, the edge and mean-link totals. Recomputed
@@ -115,6 +120,31 @@ static void swap_columns(int64_t *g, int r, int p, int s1, int s2) {
     }
 }
 
+/* Metropolis on a move that keeps every column's devices (so DataP, ``dp``) and changes
+ * the edges listed in touched/newe/newm (new totals pipe, msum): on acceptance commits
+ * the edges, totals and energies and returns 1 (the caller moves the devices). */
+static int accept_edges(int p, double *ed, double *em, const int *touched, const double *newe,
+                        const double *newm, int nt, double dp, double pipe, double msum,
+                        uint64_t *rng, double *energy, double *smooth, double temp, double lam,
+                        Totals *tot) {
+    double e_new = dp + 2.0 * pipe, sm_new = tot->dpsum / p + 2.0 * msum;
+    double delta = e_new - *energy + lam * (sm_new - *smooth);
+    if (!(delta <= 0.0 || uniform(rng) < exp(-delta / temp))) return 0;
+    commit_edges(ed, em, touched, newe, newm, nt);
+    tot->pipe = pipe;
+    tot->msum = msum;
+    *energy = e_new;
+    *smooth = sm_new;
+    return 1;
+}
+
+static void keep_best(const int64_t *g, int n, double e, double *best, int64_t *best_grid) {
+    if (e < *best - 1e-12 * (*best > 1.0 ? *best : 1.0)) {
+        *best = e;
+        memcpy(best_grid, g, sizeof(int64_t) * n);
+    }
+}
+
 /* One proposal that swaps columns s1 and s2 of chain grid g: every column keeps its
  * devices (so its DataP and peer sums), only edges s1 - 1, s1, s2 - 1, s2 change:
  * O(D_DP) for the swap and the edges. Accepted by Metropolis on the same energy as a
@@ -127,26 +157,54 @@ static void column_move(int64_t *g, int r, int p, double *cd, double *ed, double
     int touched[4];
     int s1 = (int)below(rng, p), s2 = (int)((s1 + 1 + below(rng, p - 1)) % p);
     swap_columns(g, r, p, s1, s2);
-    double dp = cd[tot->top], dpsum = tot->dpsum, pipe = tot->pipe, msum = tot->msum;
+    double pipe = tot->pipe, msum = tot->msum;
     int nt = rescore_edges(g, r, p, s1, s2, tpp, n, ed, em, touched, newe, newm, &pipe, &msum);
-    double e_new = dp + 2.0 * pipe, sm_new = dpsum / p + 2.0 * msum;
-    double delta = e_new - *energy + lam * (sm_new - *smooth);
-    if (delta <= 0.0 || uniform(rng) < exp(-delta / temp)) {
-        double t = cd[s1]; cd[s1] = cd[s2]; cd[s2] = t;
-        if (tot->top == s1) tot->top = s2;
-        else if (tot->top == s2) tot->top = s1;
-        commit_edges(ed, em, touched, newe, newm, nt);
-        tot->pipe = pipe;
-        tot->msum = msum;
-        *energy = e_new;
-        *smooth = sm_new;
-        if (e_new < *best - 1e-12 * (*best > 1.0 ? *best : 1.0)) {
-            *best = e_new;
-            memcpy(best_grid, g, sizeof(int64_t) * n);
-        }
-    } else {
+    if (!accept_edges(p, ed, em, touched, newe, newm, nt, cd[tot->top], pipe, msum, rng, energy,
+                      smooth, temp, lam, tot)) {
         swap_columns(g, r, p, s1, s2);
+        return;
     }
+    double t = cd[s1]; cd[s1] = cd[s2]; cd[s2] = t;
+    if (tot->top == s1) tot->top = s2;
+    else if (tot->top == s2) tot->top = s1;
+    keep_best(g, n, *energy, best, best_grid);
+}
+
+/* Value of the link row rr would have across edge e if rows r1 and r2 swapped their
+ * devices right of the edge. */
+static inline double tail_link(const int64_t *g, int p, int e, int rr, int r1, int r2,
+                               const double *tpp, int n) {
+    int to = rr == r1 ? r2 : (rr == r2 ? r1 : rr);
+    return tpp[g[rr * p + e] * n + g[to * p + e + 1]];
+}
+
+/* One proposal that swaps the devices of pipelines r1 and r2 right of edge e (columns
+ * e + 1 .. p - 1): every column keeps its devices, only edge e changes (its matching).
+ * O(D_DP) to score, O(D_PP) to apply. Device swaps inside one column change two edges at
+ * once, so fixing one edge's matching otherwise takes a cascade along the pipeline. */
+static void tail_move(int64_t *g, int r, int p, double *cd, double *ed, double *em,
+                      const double *tpp, int n, uint64_t *rng, double *energy, double *smooth,
+                      double temp, double lam, double *best, int64_t *best_grid, Totals *tot) {
+    int e = (int)below(rng, p - 1);
+    int r1 = (int)below(rng, r), r2 = (int)((r1 + 1 + below(rng, r - 1)) % r);
+    double m = -INFINITY, sum = 0.0;
+    for (int rr = 0; rr < r; rr++) {
+        double v = tail_link(g, p, e, rr, r1, r2, tpp, n);
+        sum += v;
+        if (v > m) m = v;
+    }
+    int touched[1] = {e};
+    double newe[1] = {m}, newm[1] = {sum / r};
+    double pipe = tot->pipe + m - ed[e], msum = tot->msum + newm[0] - em[e];
+    if (!accept_edges(p, ed, em, touched, newe, newm, 1, cd[tot->top], pipe, msum, rng, energy,
+                      smooth, temp, lam, tot))
+        return;
+    for (int s = e + 1; s < p; s++) {
+        int64_t t = g[r1 * p + s];
+        g[r1 * p + s] = g[r2 * p + s];
+        g[r2 * p + s] = t;
+    }
+    keep_best(g, n, *energy, best, best_grid);
 }
 
 /* Advance k chains by ``steps`` steps from step number ``step0``; returns 0.
@@ -179,10 +237,18 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
             double *S = sums + (int64_t)c * n, *cd = col_dp + (int64_t)c * p;
             double *ed = edges + (int64_t)c * (p > 1 ? p - 1 : 0);
             double *em = means + (int64_t)c * (p > 1 ? p - 1 : 0);
-            if (p > 2 && uniform(rng) < COLUMN_SHARE) {
-                column_move(g, r, p, cd, ed, em, tpp, n, rng, &energy[c], &smooth[c],
-                            temp_of[c], lam_of[c], best, best_grid, &tots[c]);
-                continue;
+            if (p > 2) {  /* one draw picks the kind of proposal */
+                double u = uniform(rng);
+                if (u < COLUMN_SHARE) {
+                    column_move(g, r, p, cd, ed, em, tpp, n, rng, &energy[c], &smooth[c],
+                                temp_of[c], lam_of[c], best, best_grid, &tots[c]);
+                    continue;
+                }
+                if (r > 1 && u < COLUMN_SHARE + TAIL_SHARE) {
+                    tail_move(g, r, p, cd, ed, em, tpp, n, rng, &energy[c], &smooth[c],
+                              temp_of[c], lam_of[c], best, best_grid, &tots[c]);
+                    continue;
+                }
             }
             int64_t i = below(rng, n), j = (i + 1 + below(rng, n - 1)) % n;
             int s1 = (int)(i % p), s2 = (int)(j % p);
@@ -227,10 +293,7 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
                 tot->msum = msum;
                 energy[c] = e_new;
                 smooth[c] = sm_new;
-                if (e_new < *best - 1e-12 * (*best > 1.0 ? *best : 1.0)) {
-                    *best = e_new;
-                    memcpy(best_grid, g, sizeof(int64_t) * n);
-                }
+                keep_best(g, n, e_new, best, best_grid);
             } else {
                 g[i] = a; g[j] = b;
             }
