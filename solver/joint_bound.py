@@ -62,6 +62,8 @@ NODE_LIMIT = 200_000
 #: 210-410 thousand counted nodes per second on the benchmark suite.
 NODES_PER_SECOND = 100_000
 SAFETY = 10.0
+#: Matrix cells of a threshold's O(N^2) set-up counted as one search node.
+SETUP_CELLS_PER_NODE = 256
 
 
 class _Work:
@@ -338,6 +340,9 @@ def joint_bound(model, p_sep: float, d_sep: float, time_budget_s: float) -> tupl
             break
         value = threshold_bound(model.t_pp, model.t_dp, w.d_pp, w.d_dp, float(t), p_sep, d_sep, work,
                                 tree.components(float(t)))
+        # each threshold's peer sums and pair floors are O(N^2) array work (0.7-1 s at
+        # 4096 devices): charged after its search, so a next one that would overrun is skipped
+        work.left -= model.n * model.n // SETUP_CELLS_PER_NODE
         if value is None:
             break  # below this threshold there are more components, so more vectors
         if value > best:
