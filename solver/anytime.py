@@ -90,10 +90,11 @@ def temper_walk(n: int) -> int:
     """Scored swaps of one tempering walk under the default stop rule: TEMPER_SWEEPS
     sweeps, at most TEMPER_MAX, scaled down by (512 / N)^3 above 512 devices (there the
     matrices outgrow the caches and a proposal costs about 2.4 us at 1024 devices, 10x
-    more than at 200, while the starts take most of the default's time and on the
-    benchmark's random geo fabrics the walks found nothing better than the first start:
-    with (512 / N)^2 the 1024-GPU default ended at 56-69 s on a day when the same run had
-    taken 50 s before)."""
+    more than at 200, while the starts take most of the default's time). Above about
+    2048 devices the walks are token (0.002 sweeps at 4096): there the starts decide. On
+    the benchmark's random geo fabrics of 1024 and 4096 GPUs the walks found nothing
+    better than the first start; with (512 / N)^2 the 1024-GPU default ended at 56-69 s
+    in four runs of one session, with (512 / N)^3 at 49.7 s, with the same answer."""
     return int(min(TEMPER_SWEEPS * n * n, TEMPER_MAX * min(1.0, 512 / max(n, 1)) ** 3))
 
 

@@ -335,14 +335,16 @@ def joint_bound(model, p_sep: float, d_sep: float, time_budget_s: float) -> tupl
     work = _Work(time_budget_s)
     best, at = -np.inf, None
     tree = spanning_tree(model)
-    for t in tree.thresholds():
-        if work.spent():
+    # each threshold's peer sums and pair floors are O(N^2) array work (0.7-1 s at 4096
+    # devices): charged after its search, and a next threshold starts only while the work
+    # left covers its set-up (the first always runs)
+    setup = model.n * model.n // SETUP_CELLS_PER_NODE
+    for k, t in enumerate(tree.thresholds()):
+        if work.spent() or (k > 0 and work.left < setup):
             break
         value = threshold_bound(model.t_pp, model.t_dp, w.d_pp, w.d_dp, float(t), p_sep, d_sep, work,
                                 tree.components(float(t)))
-        # each threshold's peer sums and pair floors are O(N^2) array work (0.7-1 s at
-        # 4096 devices): charged after its search, so a next one that would overrun is skipped
-        work.left -= model.n * model.n // SETUP_CELLS_PER_NODE
+        work.left -= setup
         if value is None:
             break  # below this threshold there are more components, so more vectors
         if value > best:
