@@ -120,14 +120,16 @@ static void swap_columns(int64_t *g, int r, int p, int s1, int s2) {
     }
 }
 
-/* Metropolis on a move that keeps every column's devices (so DataP, ``dp``) and changes
- * the edges listed in touched/newe/newm (new totals pipe, msum): on acceptance commits
- * the edges, totals and energies and returns 1 (the caller moves the devices). */
-static int accept_edges(int p, double *ed, double *em, const int *touched, const double *newe,
-                        const double *newm, int nt, double dp, double pipe, double msum,
-                        uint64_t *rng, double *energy, double *smooth, double temp, double lam,
-                        Totals *tot) {
-    double e_new = dp + 2.0 * pipe, sm_new = tot->dpsum / p + 2.0 * msum;
+/* Metropolis on a proposal whose DataP would be ``dp`` (the column DataP total
+ * ``dpsum``) and whose changed edges are listed in touched/newe/newm (new totals pipe,
+ * msum), for every kind of move: on acceptance commits the edges, the edge totals and
+ * the chain's energy and smoothing term and returns 1; the caller then moves the
+ * devices and commits what it changed on the DataP side. */
+static int accept(int p, double *ed, double *em, const int *touched, const double *newe,
+                  const double *newm, int nt, double dp, double dpsum, double pipe, double msum,
+                  uint64_t *rng, double *energy, double *smooth, double temp, double lam,
+                  Totals *tot) {
+    double e_new = dp + 2.0 * pipe, sm_new = dpsum / p + 2.0 * msum;
     double delta = e_new - *energy + lam * (sm_new - *smooth);
     if (!(delta <= 0.0 || uniform(rng) < exp(-delta / temp))) return 0;
     commit_edges(ed, em, touched, newe, newm, nt);
@@ -159,8 +161,8 @@ static void column_move(int64_t *g, int r, int p, double *cd, double *ed, double
     swap_columns(g, r, p, s1, s2);
     double pipe = tot->pipe, msum = tot->msum;
     int nt = rescore_edges(g, r, p, s1, s2, tpp, n, ed, em, touched, newe, newm, &pipe, &msum);
-    if (!accept_edges(p, ed, em, touched, newe, newm, nt, cd[tot->top], pipe, msum, rng, energy,
-                      smooth, temp, lam, tot)) {
+    if (!accept(p, ed, em, touched, newe, newm, nt, cd[tot->top], tot->dpsum, pipe, msum, rng,
+                energy, smooth, temp, lam, tot)) {
         swap_columns(g, r, p, s1, s2);
         return;
     }
@@ -196,8 +198,8 @@ static void tail_move(int64_t *g, int r, int p, double *cd, double *ed, double *
     int touched[1] = {e};
     double newe[1] = {m}, newm[1] = {sum / r};
     double pipe = tot->pipe + m - ed[e], msum = tot->msum + newm[0] - em[e];
-    if (!accept_edges(p, ed, em, touched, newe, newm, 1, cd[tot->top], pipe, msum, rng, energy,
-                      smooth, temp, lam, tot))
+    if (!accept(p, ed, em, touched, newe, newm, 1, cd[tot->top], tot->dpsum, pipe, msum, rng,
+                energy, smooth, temp, lam, tot))
         return;
     for (int s = e + 1; s < p; s++) {
         int64_t t = g[r1 * p + s];
@@ -235,8 +237,7 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
         for (int c = 0; c < k; c++) {
             int64_t *g = grids + (int64_t)c * n;
             double *S = sums + (int64_t)c * n, *cd = col_dp + (int64_t)c * p;
-            double *ed = edges + (int64_t)c * (p > 1 ? p - 1 : 0);
-            double *em = means + (int64_t)c * (p > 1 ? p - 1 : 0);
+            double *ed = edges + (int64_t)c * np, *em = means + (int64_t)c * np;
             if (p > 2) {  /* one draw picks the kind of proposal */
                 double u = uniform(rng);
                 if (u < COLUMN_SHARE) {
@@ -272,10 +273,8 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
             double dpsum = tot->dpsum + (s1 != s2 ? dp1 - cd[s1] + dp2 - cd[s2] : 0.0);
             double pipe = tot->pipe, msum = tot->msum;
             int nt = rescore_edges(g, r, p, s1, s2, tpp, n, ed, em, touched, newe, newm, &pipe, &msum);
-            double e_new = dp + 2.0 * pipe;
-            double sm_new = dpsum / p + 2.0 * msum;
-            double delta = e_new - energy[c] + lam_of[c] * (sm_new - smooth[c]);
-            if (delta <= 0.0 || uniform(rng) < exp(-delta / temp_of[c])) {
+            if (accept(p, ed, em, touched, newe, newm, nt, dp, dpsum, pipe, msum, rng, &energy[c],
+                       &smooth[c], temp_of[c], lam_of[c], tot)) {
                 if (s1 != s2) {
                     for (int rr = 0; rr < r; rr++) {
                         S[g[rr * p + s1]] = buf1[rr];
@@ -288,12 +287,7 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
                     tot->top = top;
                     tot->dpsum = dpsum;
                 }
-                commit_edges(ed, em, touched, newe, newm, nt);
-                tot->pipe = pipe;
-                tot->msum = msum;
-                energy[c] = e_new;
-                smooth[c] = sm_new;
-                keep_best(g, n, e_new, best, best_grid);
+                keep_best(g, n, energy[c], best, best_grid);
             } else {
                 g[i] = a; g[j] = b;
             }
