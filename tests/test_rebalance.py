@@ -1,4 +1,4 @@
-"""Segment rebalancing: equal component vectors across a run in one move."""
+"""Segment rebalancing: equal component vectors across a run in one move, and runs gathered."""
 
 import numpy as np
 
@@ -90,3 +90,59 @@ def test_rebalance_stops_when_asked():
     grid = np.array([a[0:2] + b[0:2], a[2:4] + b[2:4], a[4:7] + b[4:5], a[7:8] + b[5:8]]).T
     fun = model.score_grid(grid).comm
     assert rebalance(model, grid, levels(model), fun, np.random.default_rng(0), stop=lambda: True) is None
+
+
+def _sites(sizes, d_pp, d_dp, pp=(0.1, 1.0), dp=(0.05, 5.0), seed=0):
+    """Sites of ``sizes`` devices; ``pp`` and ``dp``: (inside a site, between sites)."""
+    rng = np.random.default_rng(seed)
+    site = np.repeat(np.arange(len(sizes)), sizes)
+    same = site[:, None] == site[None, :]
+    n = len(site)
+    mats = []
+    for inside, between in (pp, dp):
+        t = np.where(same, inside, between) * rng.uniform(0.9, 1.1, (n, n))
+        t = (t + t.T) / 2
+        np.fill_diagonal(t, 0)
+        mats.append(t)
+    return CostModel(mats[0], mats[1], Workload(d_pp, d_dp, 1.0, 1.0)), site
+
+
+def test_gathered_counts_fill_whole_groups_largest_component_first():
+    from solver.rebalance import _gathered
+
+    vec = np.array([[2, 1, 1], [2, 1, 1], [2, 1, 1], [2, 1, 1]])
+    out = _gathered(vec)
+    assert sorted(map(tuple, out.tolist())) == [(0, 0, 4), (0, 4, 0), (4, 0, 0), (4, 0, 0)]
+    assert (out.sum(axis=0) == vec.sum(axis=0)).all() and (out.sum(axis=1) == 4).all()
+    # counts that do not fill whole groups: one group mixes the remainders
+    mixed = _gathered(np.array([[3, 1], [2, 2], [1, 3]]))
+    assert sorted(map(tuple, mixed.tolist())) == [(0, 4), (2, 2), (4, 0)]
+    # a group keeps the dealt vector closest to its own
+    assert _gathered(np.array([[0, 4], [3, 1], [3, 1]])).tolist()[0] == [0, 4]
+
+
+def test_a_mixed_run_is_gathered_when_its_dataP_rules(monkeypatch):
+    """Sites of 8, 4 and 4 devices, every group holding (2, 1, 1): DataP between sites is
+    dear (5 against 0.05) and rules Comm; no single swap lowers the largest group's DataP,
+    and the vectors are already equal, so rebalancing alone finds nothing. Gathered, the
+    groups are (4, 0, 0) x 2, (0, 4, 0), (0, 0, 4): two dear pipeline edges (1.0) instead
+    of DataP over 10."""
+    import solver.rebalance as rb
+
+    model, site = _sites([8, 4, 4], d_pp=4, d_dp=4)
+    a, b, c = list(range(8)), list(range(8, 12)), list(range(12, 16))
+    cols = [a[2 * k:2 * k + 2] + [b[k], c[k]] for k in range(4)]
+    grid = model.grid_for_partition(model.partition_of(np.array(cols).T))[0]
+    before = model.score_grid(grid).comm
+    assert before > 10
+    lv = [site.astype(np.int64)]  # the sites as the one level (the fabric's finer ones split them by noise)
+    monkeypatch.setattr(rb, "GATHER", False)
+    assert rebalance(model, grid, lv, before, np.random.default_rng(0)) is None
+    monkeypatch.setattr(rb, "GATHER", True)
+    out = rebalance(model, grid, lv, before, np.random.default_rng(0))
+    assert out is not None
+    new, comm, _ = out
+    assert sorted(new.ravel().tolist()) == list(range(16))
+    assert comm == model.score_grid(new).comm < 5
+    counts = sorted(tuple(np.bincount(site[new[:, s]], minlength=3).tolist()) for s in range(4))
+    assert counts == [(0, 0, 4), (0, 4, 0), (4, 0, 0), (4, 0, 0)]
