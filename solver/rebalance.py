@@ -42,8 +42,8 @@ keeps.
 Cost per pass: per level, the ``O(D_PP^2)`` segments are tested on prefix sums of the
 component counts (``O(m)`` each); a rebalanced segment is scored in the current order
 (the ``k + 1`` bottleneck matchings around it and the new groups' DataP), and the TRY
-best of each kind (equal, gathered) are descended for DESCENT_SWEEPS local-search sweeps (polish first: exact matchings and
-order). Levels come from the model's minimum spanning tree (solver.spanning, built once
+best of each kind (equal, gathered) are descended for DESCENT_SWEEPS local-search sweeps
+(polish first: exact matchings and order). Levels come from the model's minimum spanning tree (solver.spanning, built once
 per model, O(N^2)), then O(N) each.
 """
 
