@@ -18,8 +18,10 @@ it is given; otherwise it reports a lower bound beside its answer (solver.bounds
    start of the next. In the first round, odd workers may start from the other
    layout's best start (``_firsts``). Under a time limit the starts' polishing (one
    start of each layout at least) and descents stop after START_SHARE of it: at 16
-   stages a polish costs 0.1-0.5 s (Held-Karp), and the twelve starts of a 64-GPU
-   16 x 4 instance took 1.7 s of a 10 s limit before any worker walked.
+   stages one polish costs 0.1-0.5 s (Held-Karp; twelve starts of the 64-GPU 16 x 4
+   suite instance, 2.2 s one after another). In 10 s runs of that instance the first
+   walks began at about 1.1 s with the cap and without it (two seeds each): it bounds
+   the phase where starts are many or deep, it did not move that figure.
 
 Stop rule. With ``time_limit`` the rounds go on until the limit (or ``budget``, when one
 is given). Without it, the rounds stop after ``restarts`` consecutive rounds that did not
@@ -285,7 +287,8 @@ def _check_options(budget, restarts, time_limit, workers) -> None:
 
 
 def _starts_phase(run: _Run, model: CostModel, rng, seed_orders) -> None:
-    """Polish every topology start, then descend them best first; ``run.other_start``
+    """Polish the topology starts (under a time limit only while the phase lasts, at
+    least the first of each layout), then descend them best first; ``run.other_start``
     keeps the other layout's best result (descended or only polished) for _firsts."""
     effort = _Effort(run)
     run.phase = "seeds"

@@ -121,7 +121,7 @@ def test_gathered_counts_fill_whole_groups_largest_component_first():
     assert _gathered(np.array([[0, 4], [3, 1], [3, 1]])).tolist()[0] == [0, 4]
 
 
-def test_a_mixed_run_is_gathered_when_its_dataP_rules(monkeypatch):
+def test_a_mixed_run_is_gathered_when_its_datap_rules(monkeypatch):
     """Sites of 8, 4 and 4 devices, every group holding (2, 1, 1): DataP between sites is
     dear (5 against 0.05) and rules Comm; no single swap lowers the largest group's DataP,
     and the vectors are already equal, so rebalancing alone finds nothing. Gathered, the
@@ -135,7 +135,7 @@ def test_a_mixed_run_is_gathered_when_its_dataP_rules(monkeypatch):
     grid = model.grid_for_partition(model.partition_of(np.array(cols).T))[0]
     before = model.score_grid(grid).comm
     assert before > 10
-    lv = [site.astype(np.int64)]  # the sites as the one level (the fabric's finer ones split them by noise)
+    lv = [site.astype(np.int64)]  # the sites as the one level (finer ones split them by noise)
     monkeypatch.setattr(rb, "GATHER", False)
     assert rebalance(model, grid, lv, before, np.random.default_rng(0)) is None
     monkeypatch.setattr(rb, "GATHER", True)

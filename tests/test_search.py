@@ -299,3 +299,28 @@ def test_a_timed_round_stops_its_ladder_early_enough_for_the_closing(monkeypatch
         assert workers._one_walk(model, 0, 0, None, 1.0, plan, lambda: False, lambda f: None,
                                  {"closing_s": closing}) == "walk"
         assert seen.get(True) == stops_at and seen[False] == 0.3 and seen["late"] is False
+
+
+def test_under_a_time_limit_the_starts_are_polished_only_while_their_phase_lasts(monkeypatch):
+    """With the starts' share of the limit already spent, only the first start of each
+    layout is polished (and none descended); without a limit every start is polished."""
+    rng = np.random.default_rng(9)
+    model = random_model(rng, 4, 6, clustered=True)
+    orders = [rng.permutation(model.n) for _ in range(3)]
+    polished = []
+    real = search.polish
+
+    def counting(model_, grid, effort):
+        polished.append(grid.copy())
+        return real(model_, grid, effort)
+
+    monkeypatch.setattr(search, "polish", counting)
+    monkeypatch.setattr(search, "START_SHARE", 0.0)
+    run = search._Run(model, 10**9, 60.0, None, None)
+    search._starts_phase(run, model, np.random.default_rng(0), orders)
+    assert len(polished) == 2
+    assert run.best is not None and run.other_start is not None
+    polished.clear()
+    run = search._Run(model, 10**9, None, None, None)
+    search._starts_phase(run, model, np.random.default_rng(0), orders)
+    assert len(polished) >= len(search._starts(model, orders))
