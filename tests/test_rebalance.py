@@ -10,17 +10,39 @@ from solver.workload import Workload
 def _two_sites(d_pp=4, d_dp=4, seed=0, first=None):
     """Two sites (of ``first`` devices and the rest; 8 and 8 by default); links inside a
     site cheap, between sites dear (T_pp and T_dp)."""
-    rng = np.random.default_rng(seed)
     n = d_pp * d_dp
     first = n // 2 if first is None else first
-    site = np.repeat([0, 1], [first, n - first])
+    return _sites([first, n - first], d_pp, d_dp, pp=(0.1, 3.0), dp=(0.05, 0.4), seed=seed)
+
+
+def _sites(sizes, d_pp, d_dp, pp=(0.1, 1.0), dp=(0.05, 5.0), seed=0):
+    """Sites of ``sizes`` devices; ``pp`` and ``dp``: (inside a site, between sites)."""
+    rng = np.random.default_rng(seed)
+    site = np.repeat(np.arange(len(sizes)), sizes)
     same = site[:, None] == site[None, :]
-    t_pp = np.where(same, 0.1, 3.0) * rng.uniform(0.9, 1.1, (n, n))
-    t_dp = np.where(same, 0.05, 0.4) * rng.uniform(0.9, 1.1, (n, n))
-    t_pp, t_dp = (t_pp + t_pp.T) / 2, (t_dp + t_dp.T) / 2
-    np.fill_diagonal(t_pp, 0)
-    np.fill_diagonal(t_dp, 0)
-    return CostModel(t_pp, t_dp, Workload(d_pp, d_dp, 1.0, 1.0)), site
+    n = len(site)
+    mats = []
+    for inside, between in (pp, dp):
+        t = np.where(same, inside, between) * rng.uniform(0.9, 1.1, (n, n))
+        t = (t + t.T) / 2
+        np.fill_diagonal(t, 0)
+        mats.append(t)
+    return CostModel(mats[0], mats[1], Workload(d_pp, d_dp, 1.0, 1.0)), site
+
+
+def _only_with(monkeypatch, flag, model, grid, lv, before):
+    """``rebalance`` finds nothing with ``flag`` off and an improvement with it on;
+    returns the improved ``(grid, Comm)`` (checked against a rescoring)."""
+    import solver.rebalance as rb
+
+    monkeypatch.setattr(rb, flag, False)
+    assert rebalance(model, grid, lv, before, np.random.default_rng(0)) is None
+    monkeypatch.setattr(rb, flag, True)
+    out = rebalance(model, grid, lv, before, np.random.default_rng(0))
+    assert out is not None
+    new, comm, _ = out
+    assert comm == model.score_grid(new).comm < before
+    return new, comm
 
 
 def test_levels_are_the_coarse_components():
@@ -60,16 +82,7 @@ def test_a_run_that_cannot_split_evenly_trades_with_the_group_beside_it(monkeypa
     cols = [a[0:2] + b[0:2], a[2:4] + b[2:4], a[4:5] + b[4:7], a[5:6] + b[7:10]]
     grid = model.grid_for_partition(model.partition_of(np.array(cols).T))[0]
     before = model.score_grid(grid).comm
-    import solver.rebalance as rb
-
-    lv = levels(model)[:1]
-    monkeypatch.setattr(rb, "ANCHORED", False)
-    assert rebalance(model, grid, lv, before, np.random.default_rng(0)) is None
-    monkeypatch.setattr(rb, "ANCHORED", True)
-    out = rebalance(model, grid, lv, before, np.random.default_rng(0))
-    assert out is not None
-    new, comm, _ = out
-    assert comm == model.score_grid(new).comm < before
+    new, _ = _only_with(monkeypatch, "ANCHORED", model, grid, levels(model)[:1], before)
     counts = sorted(np.bincount(site[new[:, s]], minlength=2).tolist() for s in range(4))
     assert counts == [[0, 4], [2, 2], [2, 2], [2, 2]]
 
@@ -92,21 +105,6 @@ def test_rebalance_stops_when_asked():
     assert rebalance(model, grid, levels(model), fun, np.random.default_rng(0), stop=lambda: True) is None
 
 
-def _sites(sizes, d_pp, d_dp, pp=(0.1, 1.0), dp=(0.05, 5.0), seed=0):
-    """Sites of ``sizes`` devices; ``pp`` and ``dp``: (inside a site, between sites)."""
-    rng = np.random.default_rng(seed)
-    site = np.repeat(np.arange(len(sizes)), sizes)
-    same = site[:, None] == site[None, :]
-    n = len(site)
-    mats = []
-    for inside, between in (pp, dp):
-        t = np.where(same, inside, between) * rng.uniform(0.9, 1.1, (n, n))
-        t = (t + t.T) / 2
-        np.fill_diagonal(t, 0)
-        mats.append(t)
-    return CostModel(mats[0], mats[1], Workload(d_pp, d_dp, 1.0, 1.0)), site
-
-
 def test_gathered_counts_fill_whole_groups_largest_component_first():
     from solver.rebalance import _gathered
 
@@ -127,8 +125,6 @@ def test_a_mixed_run_is_gathered_when_its_datap_rules(monkeypatch):
     and the vectors are already equal, so rebalancing alone finds nothing. Gathered, the
     groups are (4, 0, 0) x 2, (0, 4, 0), (0, 0, 4): two dear pipeline edges (1.0) instead
     of DataP over 10."""
-    import solver.rebalance as rb
-
     model, site = _sites([8, 4, 4], d_pp=4, d_dp=4)
     a, b, c = list(range(8)), list(range(8, 12)), list(range(12, 16))
     cols = [a[2 * k:2 * k + 2] + [b[k], c[k]] for k in range(4)]
@@ -136,13 +132,8 @@ def test_a_mixed_run_is_gathered_when_its_datap_rules(monkeypatch):
     before = model.score_grid(grid).comm
     assert before > 10
     lv = [site.astype(np.int64)]  # the sites as the one level (finer ones split them by noise)
-    monkeypatch.setattr(rb, "GATHER", False)
-    assert rebalance(model, grid, lv, before, np.random.default_rng(0)) is None
-    monkeypatch.setattr(rb, "GATHER", True)
-    out = rebalance(model, grid, lv, before, np.random.default_rng(0))
-    assert out is not None
-    new, comm, _ = out
+    new, comm = _only_with(monkeypatch, "GATHER", model, grid, lv, before)
     assert sorted(new.ravel().tolist()) == list(range(16))
-    assert comm == model.score_grid(new).comm < 5
+    assert comm < 5
     counts = sorted(tuple(np.bincount(site[new[:, s]], minlength=3).tolist()) for s in range(4))
     assert counts == [(0, 0, 4), (0, 4, 0), (4, 0, 0), (4, 0, 0)]
