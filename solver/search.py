@@ -19,7 +19,7 @@ it is given; otherwise it reports a lower bound beside its answer (solver.bounds
    layout's best start (``_firsts``). Under a time limit the starts' polishing (one
    start of each layout at least) and descents stop after START_SHARE of it: at 16
    stages one polish costs 0.1-0.5 s (Held-Karp; twelve starts of the 64-GPU 16 x 4
-   suite instance, 2.2 s one after another). In 10 s runs of that instance the first
+   suite instance, 2.0 s one after another). In 10 s runs of that instance the first
    walks began at about 1.1 s with the cap and without it (two seeds each): it bounds
    the phase where starts are many or deep, it did not move that figure.
 
