@@ -1,12 +1,17 @@
-"""The compiled tempering kernel (solver/tempering.c): built on first use, else numpy.
+"""The compiled kernels (solver/tempering.c, matching.c, path.c): built on first use, else numpy.
 
 ``kernel()`` returns the loaded ``pt_run`` function, or None when it cannot be had; the
 search then steps its chains in numpy (solver.tempering): about 20x slower, and without
-the kernel's smoothing term, so its results differ from the kernel's.
+the kernel's smoothing term, so its results differ from the kernel's. ``matcher()``
+returns the compiled bottleneck matching (``bottleneck_match``) from the same library,
+or None; solver.matching then runs its threshold search in Python. Both give the same
+bottleneck value; where several matchings reach it they may pick different ones.
+``held_karp()`` returns the compiled Held-Karp path (``held_karp``, the same path as the
+numpy version), or None.
 
 Build: ``$CC`` (default ``gcc``) ``-O3 -shared -fPIC`` into a per-user cache folder,
 ``$XDG_CACHE_HOME/geoconsole`` (default ``~/.cache/geoconsole``), as
-``tempering-<hash of the source, the compiler command and the platform>.so``. The
+``kernels-<hash of the sources, the compiler command and the platform>.so``. The
 folder is created mode 0700; a library is loaded only from a folder and a file owned by
 this user and not writable by group or others (the file is checked on the descriptor
 that is loaded, opened without following links), so nobody else can swap the code this
@@ -29,7 +34,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("tempering.c")
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("tempering.c", "matching.c", "path.c"))
 CFLAGS = ("-O3", "-shared", "-fPIC", "-std=c99", "-lm")
 BUILD_TIMEOUT_S = 60
 
@@ -48,10 +53,10 @@ def _private(path: Path, is_dir: bool) -> bool:
 
 
 def _build(target: Path, cc: list[str]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".tempering-", suffix=".so", dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=".kernels-", suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        subprocess.run([*cc, *CFLAGS[:4], "-o", tmp, str(SOURCE), CFLAGS[4]], check=True,
+        subprocess.run([*cc, *CFLAGS[:4], "-o", tmp, *map(str, SOURCES), CFLAGS[4]], check=True,
                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.PIPE, timeout=BUILD_TIMEOUT_S)
         os.chmod(tmp, 0o600)
@@ -66,14 +71,14 @@ def _load():
         return None, "turned off by GEOCONSOLE_NATIVE=0"
     cc = shlex.split(os.environ.get("CC") or "gcc")
     try:
-        text = SOURCE.read_bytes()
+        text = b"".join(source.read_bytes() for source in SOURCES)
         host = " ".join([*cc, *CFLAGS, sys.platform, platform.machine()])
         digest = hashlib.sha256(text + host.encode()).hexdigest()[:16]
         folder = cache_dir()
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not _private(folder, True):
             return None, f"{folder}: not a private folder of this user"
-        target = folder / f"tempering-{digest}.so"
+        target = folder / f"kernels-{digest}.so"
         if not os.path.lexists(target):
             _build(target, cc)
         # check the file that is opened, not the name: open it without following a
@@ -90,26 +95,49 @@ def _load():
             os.close(fd)
     except subprocess.CalledProcessError as exc:
         last = (exc.stderr or b"").decode(errors="replace").strip().splitlines()[-1:]
-        return None, f"could not build the tempering kernel ({' '.join(cc)}: {last[0] if last else exc})"
+        return None, f"could not build the compiled kernels ({' '.join(cc)}: {last[0] if last else exc})"
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        return None, f"could not build or load the tempering kernel ({exc})"
+        return None, f"could not build or load the compiled kernels ({exc})"
     fn = lib.pt_run
     p, i, d, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_double, ctypes.c_int64
     fn.argtypes = [i, i, i, p, p, p, p, p, p, p, p, p, p, i64, i64, i, p, p, p, p, p]
     fn.restype = i
-    return fn, ""
+    match = lib.bottleneck_match
+    match.argtypes = [i, p, p]
+    match.restype = d
+    path = lib.held_karp
+    path.argtypes = [i, p, p]
+    path.restype = d
+    return (fn, match, path), ""
+
+
+def _library() -> None:
+    if "fn" not in _loaded:
+        kernels, _loaded["why"] = _load()
+        _loaded["fn"], _loaded["match"], _loaded["path"] = kernels if kernels is not None else (None,) * 3
 
 
 def kernel():
     """The compiled ``pt_run`` (loaded once per process), or None."""
-    if "fn" not in _loaded:
-        _loaded["fn"], _loaded["why"] = _load()
+    _library()
     return _loaded["fn"]
 
 
+def matcher():
+    """The compiled ``bottleneck_match(n, cost, match)`` (loaded once per process), or None."""
+    _library()
+    return _loaded["match"]
+
+
+def held_karp():
+    """The compiled ``held_karp(k, cost, path)`` (loaded once per process), or None."""
+    _library()
+    return _loaded["path"]
+
+
 def disable(why: str) -> None:
-    """Do without the kernel in this process (a worker whose parent could not build it)."""
-    _loaded["fn"], _loaded["why"] = None, why
+    """Do without the kernels in this process (a worker whose parent could not build them)."""
+    _loaded["fn"], _loaded["match"], _loaded["path"], _loaded["why"] = None, None, None, why
 
 
 def why_not() -> str:

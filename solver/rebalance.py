@@ -105,14 +105,15 @@ def signature(grid: np.ndarray, level_labels: list[np.ndarray]) -> bytes:
 
 def _redeal(t_dp: np.ndarray, cols: list[np.ndarray], lab: np.ndarray, targets: np.ndarray) -> list[np.ndarray]:
     """The segment's groups with the component counts ``targets[j]`` (module text)."""
-    everyone = np.concatenate(cols)
     keep: list[list[int]] = []
     free: dict[int, list[int]] = {}
     for j, col in enumerate(cols):
         target = targets[j]
         kept = list(col)
-        others = np.setdiff1d(everyone, col)
-        for c in np.flatnonzero(np.bincount(lab[col], minlength=len(target)) > target):
+        surplus_of = np.flatnonzero(np.bincount(lab[col], minlength=len(target)) > target)
+        if len(surplus_of):
+            others = np.concatenate(cols[:j] + cols[j + 1:])  # the segment's other devices
+        for c in surplus_of:
             members = [d for d in kept if lab[d] == c]
             surplus = len(members) - int(target[c])
             cost = t_dp[np.ix_(members, others)].mean(axis=1)  # cheapest to carry elsewhere

@@ -66,3 +66,27 @@ def test_kuhn_and_hopcroft_karp_paths_agree(n, monkeypatch):
         monkeypatch.undo()
         assert other == expected
         assert cost[np.arange(n), match].max() == expected
+
+
+def test_compiled_and_python_searches_agree_on_the_value(monkeypatch):
+    """The compiled matching (solver/matching.c) and the Python threshold search give the
+    same bottleneck value, each with a perfect matching that reaches it, on sizes both
+    sides of the Python search's switches (permutations, Kuhn, Hopcroft-Karp)."""
+    from solver import native
+
+    if native.matcher() is None:
+        pytest.fail(f"the compiled kernels should build here: {native.why_not()}")
+    rng = np.random.default_rng(11)
+    for n in [1, 2, 3, 5, 6, 8, 13, 24, 25, 40]:
+        for trial in range(12):
+            cost = rng.random((n, n))
+            if trial % 3 == 1:  # many ties
+                cost = np.round(cost * 3)
+            compiled = bottleneck_matching(cost)
+            with monkeypatch.context() as m:
+                m.setattr(native, "matcher", lambda: None)
+                python = bottleneck_matching(cost)
+            assert compiled[0] == python[0]
+            for value, matching in (compiled, python):
+                assert is_perfect_matching(matching, n)
+                assert max(cost[i, matching[i]] for i in range(n)) == value

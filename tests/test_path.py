@@ -58,3 +58,21 @@ def test_best_path_switches_to_the_approximation_above_16():
     length, path, exact = best_path(symmetric(rng, 20))
     assert not exact and sorted(path) == list(range(20))
     assert best_path(symmetric(rng, 6))[2]
+
+
+def test_compiled_held_karp_returns_the_numpy_path(monkeypatch):
+    """solver/path.c fills the same table with the same tie-breaking: the same length and
+    the same path as the numpy version, ties included."""
+    from solver import native
+
+    if native.held_karp() is None:
+        pytest.fail(f"the compiled kernels should build here: {native.why_not()}")
+    rng = np.random.default_rng(5)
+    for k in [2, 3, 8, 11, 14]:
+        for trial in range(4):
+            c = symmetric(rng, k) if trial % 2 else np.round(symmetric(rng, k) * 2)
+            compiled = held_karp_path(c)
+            with monkeypatch.context() as m:
+                m.setattr(native, "held_karp", lambda: None)
+                numpy_path = held_karp_path(c)
+            assert compiled == numpy_path

@@ -179,19 +179,19 @@ PROBE = "from solver import native; print(native.kernel() is not None); print(na
 def test_kernel_is_built_private_and_reused(tmp_path):
     out = _fresh({"XDG_CACHE_HOME": str(tmp_path)}, PROBE)
     assert out.stdout.splitlines()[0] == "True", out.stdout + out.stderr
-    built = list((tmp_path / "geoconsole").glob("tempering-*.so"))
+    built = list((tmp_path / "geoconsole").glob("kernels-*.so"))
     assert len(built) == 1
     assert stat.S_IMODE((tmp_path / "geoconsole").stat().st_mode) == 0o700
     assert not built[0].stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH)
     before = built[0].stat().st_mtime_ns
     assert _fresh({"XDG_CACHE_HOME": str(tmp_path)}, PROBE).stdout.startswith("True")
     assert built[0].stat().st_mtime_ns == before  # loaded, not rebuilt
-    assert not list((tmp_path / "geoconsole").glob(".tempering-*"))  # no temp file left
+    assert not list((tmp_path / "geoconsole").glob(".kernels-*"))  # no temp file left
 
 
 def test_a_library_others_can_write_is_never_loaded(tmp_path):
     assert _fresh({"XDG_CACHE_HOME": str(tmp_path)}, PROBE).stdout.startswith("True")
-    lib = next((tmp_path / "geoconsole").glob("tempering-*.so"))
+    lib = next((tmp_path / "geoconsole").glob("kernels-*.so"))
     lib.chmod(0o666)
     out = _fresh({"XDG_CACHE_HOME": str(tmp_path)}, PROBE).stdout.splitlines()
     assert out[0] == "False" and "not a private file" in out[1]
