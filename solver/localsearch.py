@@ -18,12 +18,19 @@ device is computed at once, touching only what a swap changes:
 
 So one batch costs O(N R) array work instead of O(N^2 R) for N full re-scores; the best
 swap of the batch is applied when it lowers Comm. ``nfev`` counts scored swaps.
+
+Where the compiled kernels build (solver.native), a batch is scored in C instead
+(``swap_scores`` in solver/tempering.c): the same O(N R) rescoring, one candidate at a
+time, the same values up to rounding. On the 192-GPU suite instance a batch takes 48 us
+against 447 us in numpy, and a two-sweep descent of a layout three swaps from a
+descended one 0.03 s against 0.20 s (same answer; one run each, same session).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from solver import native
 from solver.cost import CostModel
 
 
@@ -32,7 +39,7 @@ class GridState:
 
     def __init__(self, model: CostModel, grid: np.ndarray) -> None:
         self.model = model
-        self.grid = np.array(grid, dtype=int)
+        self.grid = np.array(grid, dtype=np.int64, order="C")
         r, p = self.grid.shape
         self.r, self.p = r, p
         self.pos_r = np.empty(model.n, dtype=int)
@@ -108,6 +115,9 @@ class GridState:
 
     def swap_scores(self, a: int) -> np.ndarray:
         """Comm after swapping ``a`` with each device (index = device id; ``a`` -> inf)."""
+        compiled = native.swap_scorer()
+        if compiled is not None:
+            return self._swap_scores_compiled(compiled, a)
         m, g = self.model, self.grid
         t_dp, t_pp = m.t_dp, m.t_pp
         r1, s1 = self.pos_r[a], self.pos_s[a]
@@ -167,6 +177,20 @@ class GridState:
         out = np.empty(n)
         out[b] = score_c
         out[a] = np.inf
+        return out
+
+
+    def _swap_scores_compiled(self, compiled, a: int) -> np.ndarray:
+        if not hasattr(self, "_c_mats"):  # contiguous float64 views, kept for the state
+            self._c_mats = (np.ascontiguousarray(self.model.t_pp, dtype=float),
+                            np.ascontiguousarray(self.model.t_dp, dtype=float))
+        t_pp, t_dp = self._c_mats
+        out = np.empty(self.model.n)
+        at = int(self.pos_r[a]) * self.p + int(self.pos_s[a])
+        if compiled(self.r, self.p, t_pp.ctypes.data, t_dp.ctypes.data, self.grid.ctypes.data, at,
+                    self.sums.ctypes.data, self.col_dp.ctypes.data, self.edge.ctypes.data,
+                    out.ctypes.data) != 0:
+            raise MemoryError("swap_scores: out of memory")
         return out
 
 

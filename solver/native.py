@@ -7,7 +7,8 @@ returns the compiled bottleneck matching (``bottleneck_match``) from the same li
 or None; solver.matching then runs its threshold search in Python. Both give the same
 bottleneck value; where several matchings reach it they may pick different ones.
 ``held_karp()`` returns the compiled Held-Karp path (``held_karp``, the same path as the
-numpy version), or None.
+numpy version), or None; ``swap_scorer()`` the local search's batch scoring
+(``swap_scores`` in solver/tempering.c, sharing the ladder's incremental helpers), or None.
 
 Build: ``$CC`` (default ``gcc``) ``-O3 -shared -fPIC`` into a per-user cache folder,
 ``$XDG_CACHE_HOME/geoconsole`` (default ``~/.cache/geoconsole``), as
@@ -108,13 +109,17 @@ def _load():
     path = lib.held_karp
     path.argtypes = [i, p, p]
     path.restype = d
-    return (fn, match, path), ""
+    scores = lib.swap_scores
+    scores.argtypes = [i, i, p, p, p, i64, p, p, p, p]
+    scores.restype = i
+    return (fn, match, path, scores), ""
 
 
 def _library() -> None:
     if "fn" not in _loaded:
         kernels, _loaded["why"] = _load()
-        _loaded["fn"], _loaded["match"], _loaded["path"] = kernels if kernels is not None else (None,) * 3
+        _loaded["fn"], _loaded["match"], _loaded["path"], _loaded["scores"] = (
+            kernels if kernels is not None else (None,) * 4)
 
 
 def kernel():
@@ -135,9 +140,15 @@ def held_karp():
     return _loaded["path"]
 
 
+def swap_scorer():
+    """The compiled ``swap_scores`` (solver.localsearch's batch; loaded once), or None."""
+    _library()
+    return _loaded["scores"]
+
+
 def disable(why: str) -> None:
     """Do without the kernels in this process (a worker whose parent could not build them)."""
-    _loaded["fn"], _loaded["match"], _loaded["path"], _loaded["why"] = None, None, None, why
+    _loaded.update(fn=None, match=None, path=None, scores=None, why=why)
 
 
 def why_not() -> str:

@@ -315,3 +315,50 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
     free(tots);
     return 0;
 }
+
+/* The local search's batch (solver/localsearch.py, GridState.swap_scores): Comm after
+ * swapping device a (grid index ia) with every device, into out (out[a] = inf), for
+ * the grid g (r x p device ids; restored on return) with per-device peer sums ``sums``,
+ * column DataP ``cd`` and edge values ``ed`` of that grid. Per candidate, the same
+ * O(D_DP) rescoring as a proposal of the ladder: the two columns' new sums and the at
+ * most four touched edges; the other columns' largest DataP comes from the top two
+ * kept for the batch. O(N D_DP) for the batch. Returns 0, -2 when out of memory. */
+int swap_scores(int r, int p, const double *tpp, const double *tdp, int64_t *g, int64_t ia,
+                const double *sums, const double *cd, const double *ed, double *out) {
+    const int n = r * p;
+    double newe[4], newm[4];
+    int touched[4];
+    double *buf = malloc(sizeof(double) * (size_t)(r > 0 ? r : 1));
+    if (buf == NULL) return -2;
+    const int64_t a = g[ia];
+    const int s1 = (int)(ia % p);
+    double t1 = -INFINITY, t2 = -INFINITY, all = -INFINITY, pipe0 = 0.0, msum = 0.0;
+    int i1 = -1;
+    for (int s = 0; s < p; s++) {
+        if (cd[s] > all) all = cd[s];
+        if (s == s1) continue;
+        if (cd[s] > t1) { t2 = t1; t1 = cd[s]; i1 = s; }
+        else if (cd[s] > t2) t2 = cd[s];
+    }
+    for (int e = 0; e < p - 1; e++) pipe0 += ed[e];
+    for (int64_t ib = 0; ib < n; ib++) {
+        const int64_t b = g[ib];
+        if (b == a) { out[a] = INFINITY; continue; }
+        const int s2 = (int)(ib % p);
+        g[ia] = b; g[ib] = a;
+        double dp = all;
+        if (s1 != s2) {
+            double dp1 = column_sums(g, r, p, s1, a, b, sums, tdp, n, buf);
+            double dp2 = column_sums(g, r, p, s2, b, a, sums, tdp, n, buf);
+            dp = s2 == i1 ? t2 : t1;
+            if (dp1 > dp) dp = dp1;
+            if (dp2 > dp) dp = dp2;
+        }
+        double pipe = pipe0;
+        rescore_edges(g, r, p, s1, s2, tpp, n, ed, ed, touched, newe, newm, &pipe, &msum);
+        g[ia] = a; g[ib] = b;
+        out[b] = dp + 2.0 * pipe;
+    }
+    free(buf);
+    return 0;
+}
