@@ -185,7 +185,10 @@ class GridState:
             self._c_mats = (np.ascontiguousarray(self.model.t_pp, dtype=float),
                             np.ascontiguousarray(self.model.t_dp, dtype=float))
         t_pp, t_dp = self._c_mats
-        out = np.empty(self.model.n)
+        n = self.model.n
+        if self.r * self.p != n or t_pp.shape != (n, n) or t_dp.shape != (n, n):
+            raise ValueError(f"grid {self.r} x {self.p} does not fit a model of {n} devices")
+        out = np.empty(n)
         at = int(self.pos_r[a]) * self.p + int(self.pos_s[a])
         if compiled(self.r, self.p, t_pp.ctypes.data, t_dp.ctypes.data, self.grid.ctypes.data, at,
                     self.sums.ctypes.data, self.col_dp.ctypes.data, self.edge.ctypes.data,

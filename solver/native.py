@@ -18,8 +18,8 @@ this user and not writable by group or others (the file is checked on the descri
 that is loaded, opened without following links), so nobody else can swap the code this
 process runs. The
 build writes a temporary file and renames it into place, so concurrent first uses
-(worker processes) never load a half-written library. ``GEOCONSOLE_NATIVE=0`` turns the
-kernel off.
+(worker processes) never load a half-written library. ``GEOCONSOLE_NATIVE=0`` turns all of it off
+(tempering, matchings, Held-Karp and the batch scoring go back to numpy and Python).
 """
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ def _redeal(t_dp: np.ndarray, cols: list[np.ndarray], lab: np.ndarray, targets: 
         kept = list(col)
         surplus_of = np.flatnonzero(np.bincount(lab[col], minlength=len(target)) > target)
         if len(surplus_of):
-            others = np.concatenate(cols[:j] + cols[j + 1:])  # the segment's other devices
+            others = np.sort(np.concatenate(cols[:j] + cols[j + 1:]))  # the segment's other devices
         for c in surplus_of:
             members = [d for d in kept if lab[d] == c]
             surplus = len(members) - int(target[c])

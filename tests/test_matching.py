@@ -83,6 +83,7 @@ def test_compiled_and_python_searches_agree_on_the_value(monkeypatch):
             if trial % 3 == 1:  # many ties
                 cost = np.round(cost * 3)
             compiled = bottleneck_matching(cost)
+            assert bottleneck_matching(cost.T)[0] == bottleneck_matching(cost.T.copy())[0]  # a view
             with monkeypatch.context() as m:
                 m.setattr(native, "matcher", lambda: None)
                 python = bottleneck_matching(cost)

@@ -72,6 +72,9 @@ def test_compiled_held_karp_returns_the_numpy_path(monkeypatch):
         for trial in range(4):
             c = symmetric(rng, k) if trial % 2 else np.round(symmetric(rng, k) * 2)
             compiled = held_karp_path(c)
+            wide = np.zeros((k, 2 * k))
+            wide[:, ::2] = c
+            assert held_karp_path(wide[:, ::2]) == compiled  # a strided view, same values
             with monkeypatch.context() as m:
                 m.setattr(native, "held_karp", lambda: None)
                 numpy_path = held_karp_path(c)
