@@ -103,21 +103,17 @@ def temper_walk(n: int) -> int:
 
 def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort: Effort,
            memory: dict, *, seed, clock: Callable[[], float], cancel: Callable[[], bool],
-           on_best: Callable[[float], None] = lambda f: None, strategy_prefix: str = "",
-           inject: bool = True) -> Walk:
+           on_best: Callable[[float], None] = lambda f: None, strategy_prefix: str = "") -> Walk:
     """One walk of parallel tempering (solver.tempering) that goes on where the last ended.
 
     ``memory`` keeps the worker's ladder between walks (its chains and random stream,
     seeded by ``seed``); an elite ``grid`` better than the ladder's best enters its
-    coldest chain (with ``inject`` False it does not, and the walk goes on from the
-    ladder's own best: an island, solver.workers). The ladder runs for the walk's budget (``CHAINS`` scored swaps a
+    coldest chain. The ladder runs for the walk's budget (``CHAINS`` scored swaps a
     step); its best is then descended (exact matchings, order, partition swaps) and the
     descended grid goes back into the coldest chain."""
     ladder = memory.get("ladder")
     if ladder is None:
         ladder = memory["ladder"] = Ladder(model, grid, np.random.default_rng(seed))
-    elif not inject:
-        grid, fun = ladder.best_grid, ladder.best
     elif fun < ladder.best - 1e-12 * max(1.0, fun):
         ladder.inject(grid, fun)
     best_grid, best = grid.copy(), fun

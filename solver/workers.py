@@ -5,10 +5,7 @@ stream seeded ``(seed, w, k)``; each runs one tempering walk (solver.anytime; th
 keeps its ladder between rounds, seeded ``(seed, w)``) for a fixed number of scored
 swaps, or, under a time limit, until the round's share of it, the deadline or a cancel.
 When every worker has answered, the
-best walk (ties: lowest worker index) becomes the elite of round ``k + 1``. Odd workers
-are islands: after their first round their ladder takes the elite only when it beats
-their own best by more than ISLAND_GAP, so half the ladders keep searching their own
-basin instead of all following the first good one. Without a
+best walk (ties: lowest worker index) becomes the elite of round ``k + 1``. Without a
 deadline a round is a pure function of the elite, the seed and the worker count, so the
 whole search is reproducible for a given ``seed`` and ``workers``.
 
@@ -63,14 +60,6 @@ DESCENT_GRACE = 0.25
 #: rebalancing fixes in one move (41.9 -> 38.1 s) was returned as it was in about one
 #: run of three.
 CLOSING_SHARE = 0.5
-#: An odd worker's ladder takes the round's elite only when the elite is more than this
-#: much better than the ladder's own best (even workers take every better elite). At
-#: ``--time-limit 10``, seeds 0-4 on the 8 x 8, 16 x 4, 10 x 8, 12 x 8 and 8 x 24 suite
-#: instances, mean above the best known: every worker taking the elite +3.08%; with this
-#: gap +2.66% (8 x 24: +1.2% -> -0.4% on average, 10 x 8: +3.0% -> +2.3%); odd workers
-#: never taking it +2.35% (16 x 4 reached its far basin in 3 of 5 seeds), but then the
-#: workers share nothing. One run each, same session, noisy.
-ISLAND_GAP = 0.02
 
 
 def available_cores() -> int:
@@ -164,16 +153,7 @@ def _one_walk(model, index, k, grid, fun, plan: Rounds, stop, on_best, memory: d
         return stop() or (late is not None and clock() >= late)
 
     return temper(model, grid, fun, rng, effort, memory, seed=[plan.seed, index], clock=clock,
-                  cancel=cancel, on_best=on_best, strategy_prefix=f"worker {index}: ",
-                  inject=takes_elite(index, memory, fun))
-
-
-def takes_elite(index: int, memory: dict, fun: float) -> bool:
-    """Whether worker ``index`` (with its walk ``memory``) takes an elite of Comm ``fun``
-    into its ladder: even workers always, odd ones (islands) only in their first round
-    or when it beats their own best by more than ISLAND_GAP."""
-    ladder = memory.get("ladder")
-    return index % 2 == 0 or ladder is None or fun < ladder.best * (1.0 - ISLAND_GAP)
+                  cancel=cancel, on_best=on_best, strategy_prefix=f"worker {index}: ")
 
 
 def _orphan_check(every: int = 256) -> Callable[[], bool]:

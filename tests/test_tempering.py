@@ -222,33 +222,3 @@ def test_search_result_rescored_equals_reported_with_tempering():
     result = solve(model, seed=2, workers=1, restarts=2)
     assert result.fun == model.score_rank_map(result.x).comm
     assert result.rounds >= 1
-
-
-def test_islands_keep_their_own_ladder_unless_the_elite_is_much_better():
-    """Odd workers take the round's elite only in their first round or when it beats
-    their ladder's best by more than ISLAND_GAP; a walk that does not take it goes on
-    from the ladder's own best, and its chains are not reset to the elite."""
-    from solver.anytime import temper
-    from solver.descent import Effort
-    from solver.workers import ISLAND_GAP, takes_elite
-
-    model = random_model(np.random.default_rng(8), 4, 3, clustered=True)
-    rng = np.random.default_rng(0)
-    start = rng.permutation(model.n).reshape(3, 4)
-    memory: dict = {}
-    assert takes_elite(1, memory, 1e9)  # first round: no ladder yet
-    clock = iter(range(10**9)).__next__
-    walk = dict(seed=[0, 1], clock=lambda: float(clock()), cancel=lambda: False)
-    temper(model, start, model.score_grid(start).comm, rng, Effort(20_000), memory, **walk)
-    ladder = memory["ladder"]
-    own = ladder.best
-    assert takes_elite(0, memory, own * (1 - ISLAND_GAP / 2))  # even workers always take it
-    assert not takes_elite(1, memory, own * (1 - ISLAND_GAP / 2))
-    assert takes_elite(1, memory, own * (1 - 2 * ISLAND_GAP))
-    elite = np.arange(model.n).reshape(3, 4)  # some other grid, claimed to be a little better
-    claimed = own * (1 - ISLAND_GAP / 2)
-    out = temper(model, elite, claimed, rng, Effort(0), memory, inject=False, **walk)
-    # the walk went on from the ladder's own best: never worse than it, and what it returns
-    # is a real score, not the elite's claimed one
-    assert out.fun <= own + 1e-9 and out.fun == pytest.approx(model.score_grid(out.grid).comm)
-    assert not any((c.reshape(3, 4) == elite).all() for c in ladder.grids)
