@@ -179,12 +179,10 @@ class GridState:
         out[a] = np.inf
         return out
 
-
     def _swap_scores_compiled(self, compiled, a: int) -> np.ndarray:
-        if not hasattr(self, "_c_mats"):  # contiguous float64 views, kept for the state
-            self._c_mats = (np.ascontiguousarray(self.model.t_pp, dtype=float),
-                            np.ascontiguousarray(self.model.t_dp, dtype=float))
-        t_pp, t_dp = self._c_mats
+        # CostModel keeps its matrices contiguous float64: these are the same arrays
+        t_pp = np.ascontiguousarray(self.model.t_pp, dtype=np.float64)
+        t_dp = np.ascontiguousarray(self.model.t_dp, dtype=np.float64)
         n = self.model.n
         if self.r * self.p != n or t_pp.shape != (n, n) or t_dp.shape != (n, n):
             raise ValueError(f"grid {self.r} x {self.p} does not fit a model of {n} devices")

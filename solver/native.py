@@ -99,56 +99,57 @@ def _load():
         return None, f"could not build the compiled kernels ({' '.join(cc)}: {last[0] if last else exc})"
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         return None, f"could not build or load the compiled kernels ({exc})"
-    fn = lib.pt_run
-    p, i, d, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_double, ctypes.c_int64
-    fn.argtypes = [i, i, i, p, p, p, p, p, p, p, p, p, p, i64, i64, i, p, p, p, p, p]
-    fn.restype = i
-    match = lib.bottleneck_match
-    match.argtypes = [i, p, p]
-    match.restype = d
-    path = lib.held_karp
-    path.argtypes = [i, p, p]
-    path.restype = d
-    scores = lib.swap_scores
-    scores.argtypes = [i, i, p, p, p, i64, p, p, p, p]
-    scores.restype = i
-    return (fn, match, path, scores), ""
+    loaded = {}
+    for key, (name, argtypes, restype) in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, restype
+        loaded[key] = fn
+    return loaded, ""
 
 
-def _library() -> None:
-    if "fn" not in _loaded:
-        kernels, _loaded["why"] = _load()
-        _loaded["fn"], _loaded["match"], _loaded["path"], _loaded["scores"] = (
-            kernels if kernels is not None else (None,) * 4)
+_P, _I, _D, _I64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_double, ctypes.c_int64
+#: What the library exports: key -> (C name, argument types, result type).
+_SIGNATURES = {
+    "fn": ("pt_run", [_I, _I, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I, _P, _P,
+                      _P, _P, _P], _I),
+    "match": ("bottleneck_match", [_I, _P, _P], _D),
+    "path": ("held_karp", [_I, _P, _P], _D),
+    "scores": ("swap_scores", [_I, _I, _P, _P, _P, _I64, _P, _P, _P, _P], _I),
+}
+
+
+def _compiled(key: str):
+    """The compiled function ``key`` of _SIGNATURES (the library is loaded once per
+    process), or None."""
+    if "why" not in _loaded:
+        functions, _loaded["why"] = _load()
+        _loaded.update(functions or dict.fromkeys(_SIGNATURES))
+    return _loaded[key]
 
 
 def kernel():
     """The compiled ``pt_run`` (loaded once per process), or None."""
-    _library()
-    return _loaded["fn"]
+    return _compiled("fn")
 
 
 def matcher():
-    """The compiled ``bottleneck_match(n, cost, match)`` (loaded once per process), or None."""
-    _library()
-    return _loaded["match"]
+    """The compiled ``bottleneck_match(n, cost, match)``, or None."""
+    return _compiled("match")
 
 
 def held_karp():
-    """The compiled ``held_karp(k, cost, path)`` (loaded once per process), or None."""
-    _library()
-    return _loaded["path"]
+    """The compiled ``held_karp(k, cost, path)``, or None."""
+    return _compiled("path")
 
 
 def swap_scorer():
-    """The compiled ``swap_scores`` (solver.localsearch's batch; loaded once), or None."""
-    _library()
-    return _loaded["scores"]
+    """The compiled ``swap_scores`` (solver.localsearch's batch), or None."""
+    return _compiled("scores")
 
 
 def disable(why: str) -> None:
     """Do without the kernels in this process (a worker whose parent could not build them)."""
-    _loaded.update(fn=None, match=None, path=None, scores=None, why=why)
+    _loaded.update(dict.fromkeys(_SIGNATURES), why=why)
 
 
 def why_not() -> str:

@@ -72,8 +72,8 @@ def held_karp_path(cost: np.ndarray) -> tuple[float, list[int]]:
     compiled = native.held_karp()
     if compiled is not None:  # solver/path.c: the same table, in C
         path_out = np.empty(k, dtype=np.int64)
-        table = np.ascontiguousarray(c)  # kept alive through the call
-        length = compiled(k, table.ctypes.data, path_out.ctypes.data)
+        contiguous = np.ascontiguousarray(c)  # kept alive through the call
+        length = compiled(k, contiguous.ctypes.data, path_out.ctypes.data)
         if not np.isnan(length):
             return float(length), path_out.tolist()
     full = 1 << k
