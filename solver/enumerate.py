@@ -5,7 +5,9 @@ The number of partitions of ``N = P R`` devices into ``P`` unordered groups of `
 enumeration is cheaper than doubt: each group's DataP and each pair of disjoint groups'
 bottleneck matching is computed once and cached, partitions whose DataP already reaches
 the best Comm are skipped, and the rest get the exact pipeline order. The result is a
-certified optimum of the DT-FM objective.
+certified optimum of the DT-FM objective. Above HELD_KARP_MAX stages the order is not
+exact (solver.path), so such instances are not enumerated even when their partitions are
+few (``D_DP = 1``: one partition, a Hamiltonian path over ``D_PP`` devices).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 
 from solver.cost import CostModel
 from solver.matching import bottleneck_matching
-from solver.path import best_path
+from solver.path import HELD_KARP_MAX, best_path
 
 ENUMERATION_LIMIT = 20_000
 
@@ -46,8 +48,8 @@ def optimal_grid(model: CostModel, should_stop=lambda: False) -> tuple[np.ndarra
     Returns ``(grid, partitions_scored)``; ``grid`` is None too when stopped early.
     """
     w = model.workload
-    if partition_count(w.d_pp, w.d_dp) > ENUMERATION_LIMIT:
-        return None, 0
+    if w.d_pp > HELD_KARP_MAX or partition_count(w.d_pp, w.d_dp) > ENUMERATION_LIMIT:
+        return None, 0  # too many partitions, or an order that is not exact
     t_pp, t_dp = model.t_pp, model.t_dp
     dp_cache: dict[tuple[int, ...], float] = {}
     edge_cache: dict[tuple[tuple[int, ...], tuple[int, ...]], float] = {}

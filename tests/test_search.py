@@ -82,6 +82,15 @@ def test_approximate_path_is_used_above_16_stages():
     assert result.fun == model.score_rank_map(result.x).comm
 
 
+def test_one_replica_over_17_stages_is_not_claimed_optimal():
+    """D_DP = 1 has a single partition, but its order over 17 stages is not exact."""
+    model = random_model(np.random.default_rng(5), 17, 1)
+    result = solve(model, seed=0, workers=1, restarts=0)
+    assert not result.optimal and not result.exact_path
+    assert result.status != search.OPTIMAL and "optimal" not in result.message
+    assert result.fun == model.score_rank_map(result.x).comm
+
+
 @pytest.mark.parametrize("bad", [dict(budget=-1), dict(restarts=-1), dict(time_limit=0)])
 def test_bad_options_are_value_errors(bad):
     rng = np.random.default_rng(1)
