@@ -1,6 +1,7 @@
 """Anytime and seed-spread tables on the SYNTHETIC hierarchical suite (prints, asserts nothing).
 
     .venv/bin/python benchmarks/anytime.py [anytime|spread|sa|bound|all] [--long NAMES] [--workers 2]
+                                           [--draw K]
 
 anytime  per instance: the default stop rule's answer and time, then one run with
          --time-limit (120 s for the --long instances, 30 s for the rest) read at
@@ -9,6 +10,10 @@ spread   5 seeds at --time-limit 10: best, worst and spread (worst / best - 1)
 sa       the plain simulated-annealing baseline (benchmarks/sa_baseline.py), 30 s
 bound    separate and joint lower bounds and their gaps (Comm - bound) / Comm
 all      everything; "best known" is the best Comm over every run of this invocation
+
+``--draw K`` runs another draw of the suite: the same shapes and kind of fabric with other
+seeds (benchmarks/hierarchical.py), so the figures can be checked on instances nothing was
+tuned on.
 
 Figures depend on machine load; run under ``nice`` and quote ratios from one run.
 """
@@ -37,10 +42,10 @@ def best_at(history, t: float) -> float:
     return min(vals) if vals else float("nan")
 
 
-def run_anytime(names, long, workers, known) -> list[str]:
+def run_anytime(names, long, workers, known, draw=0) -> list[str]:
     rows = []
     for name in names:
-        fabric, model = suite_instance(name)
+        fabric, model = suite_instance(name, draw)
         orders = seed_orders_for(fabric)
         t0 = time.perf_counter()
         default = solve(model, seed=0, seed_orders=orders, workers=workers)
@@ -56,10 +61,10 @@ def run_anytime(names, long, workers, known) -> list[str]:
     return rows
 
 
-def run_spread(names, workers, known) -> dict:
+def run_spread(names, workers, known, draw=0) -> dict:
     out = {}
     for name in names:
-        fabric, model = suite_instance(name)
+        fabric, model = suite_instance(name, draw)
         vals = [solve(model, seed=s, seed_orders=seed_orders_for(fabric), workers=workers,
                       time_limit=10.0).fun for s in range(5)]
         known[name] = min(known.get(name, min(vals)), min(vals))
@@ -68,10 +73,10 @@ def run_spread(names, workers, known) -> dict:
     return out
 
 
-def run_sa(names, known) -> dict:
+def run_sa(names, known, draw=0) -> dict:
     out = {}
     for name in names:
-        _, model = suite_instance(name)
+        _, model = suite_instance(name, draw)
         w = model.workload
         best, _, moves = anneal(model.t_pp, model.t_dp, w.d_pp, w.d_dp, 30.0)
         known[name] = min(known.get(name, best), best)
@@ -88,18 +93,19 @@ def main(argv: list[str]) -> None:
     what = argv[0] if argv else "all"
     long = tuple(argv[argv.index("--long") + 1].split(",")) if "--long" in argv else DEFAULT_LONG
     workers = int(argv[argv.index("--workers") + 1]) if "--workers" in argv else 2
+    draw = int(argv[argv.index("--draw") + 1]) if "--draw" in argv else 0
     names = list(SUITE)
     known: dict[str, float] = {}
     rows = spread = sa = None
     if what in ("anytime", "all"):
         print("anytime runs:")
-        rows = run_anytime(names, long, workers, known)
+        rows = run_anytime(names, long, workers, known, draw)
     if what in ("spread", "all"):
         print("seed spread:")
-        spread = run_spread(names, workers, known)
+        spread = run_spread(names, workers, known, draw)
     if what in ("sa", "all"):
         print("plain simulated annealing:")
-        sa = run_sa(names, known)
+        sa = run_sa(names, known, draw)
     if rows:
         print("\n| instance | best known | default (time) | " + " | ".join(f"{t} s" for t in MARKS) + " |")
         print("|---|---|---|" + "---|" * len(MARKS))
@@ -118,7 +124,7 @@ def main(argv: list[str]) -> None:
         print("\n| instance | Comm | separate bound (gap) | joint bound (gap) | bound time |")
         print("|---|---|---|---|---|")
         for name in names:
-            fabric, model = suite_instance(name)
+            fabric, model = suite_instance(name, draw)
             comm = known.get(name) or solve(model, seed=0, seed_orders=seed_orders_for(fabric),
                                             workers=workers).fun
             sep, joint = separate_bound(model), lower_bound(model, 1.0)

@@ -15,6 +15,9 @@ A fabric of ``n`` GPUs is built top-down:
   as a real inventory would have them.
 
 ``SUITE`` lists the benchmark instances (``name -> (D_PP, D_DP, seed)``), 36-192 GPUs.
+``suite_instance(name, draw)`` builds them with the seed ``seed + DRAW_STRIDE * draw``:
+draw 0 is the suite the README's tables use, other draws are fabrics of the same shapes
+and kind the search was never tuned on.
 All figures are model seconds under the DT-FM workload payloads (c_pp 0.512 GB, c_dp
 0.65 GB, one message each).
 """
@@ -42,6 +45,8 @@ HOST = (0.01, 150.0)  # (alpha ms, beta Gbps) inside a host
 ZONE = (0.3, 20.0)  # between hosts of one zone
 REGION = (1.5, 8.0)  # between zones of one region
 SLOW_NIC_FACTOR = 0.25
+#: Seed distance between two draws of the suite (suite_instance).
+DRAW_STRIDE = 100
 
 
 def _hosts(rng: np.random.Generator, n: int) -> list[int]:
@@ -113,8 +118,8 @@ def hierarchical_fabric(n: int, seed: int) -> Fabric:
     return Fabric(alpha, beta, labels, tuple(devices), None, meta, {}, f"synthetic:hier{n}s{seed}")
 
 
-def suite_instance(name: str) -> tuple[Fabric, CostModel]:
-    """The fabric and cost model of one ``SUITE`` instance."""
+def suite_instance(name: str, draw: int = 0) -> tuple[Fabric, CostModel]:
+    """The fabric and cost model of one ``SUITE`` instance (``draw``: module text)."""
     d_pp, d_dp, seed = SUITE[name]
-    fabric = hierarchical_fabric(d_pp * d_dp, seed)
+    fabric = hierarchical_fabric(d_pp * d_dp, seed + DRAW_STRIDE * draw)
     return fabric, CostModel.from_fabric(fabric, Workload(d_pp, d_dp, 0.512, 0.65))
