@@ -27,13 +27,28 @@ terms, and ``P_sep``, ``D_sep`` are the separate bounds (solver.bounds). The bou
 ``t`` is the minimum over ``x``; the reported bound is the maximum over thresholds.
 Every step relaxes the problem, so the value never exceeds the optimum.
 
-Exactness and cost. ``Dmin(q)`` is computed exactly by depth-first search over the
-vectors with ``D(v) <= delta`` for increasing ``delta``: the last term of a decomposition
-is determined by the others, so ``q`` terms cost ``O((|V| D_PP)^(q - 1))`` checks. It is
-exact for ``q <= QMAX`` and when the search stays under ``NODE_LIMIT`` nodes; beyond
-that ``Dmin`` falls back to ``min_v D(v)`` (a weaker, still valid, value). The exact
-search for ``q <= QMAX`` prices each decomposition with the device floors too (``F``:
-``N x |V|`` values, kept while that is at most FLOOR_CELLS; O(N q) per decomposition).
+Exactness and cost. For each ``x`` the decompositions into ``x + 1`` runs are searched
+depth first (``_Runs``) with the vectors sorted by ``D(v)``: pieces are chosen in rising
+DataP, and a branch ends at the first vector with ``D(v) >= best - pipe``, where
+``best`` is the least Comm floor found so far (over this and the smaller ``x``) and
+``pipe`` this ``x``'s Pipeline floor. The last term of a decomposition is determined by
+the others, and the last two are matched in one numpy pass (``_pairs``: for each first
+piece and length the second is ``(rem - L v) / L'``, looked up by an integer key), so
+``q`` terms cost ``O((|V| D_PP)^(q - 2))`` Python steps of ``O(|V| D_PP m)`` array work.
+Each decomposition is priced with the device floors (``F``: ``N x |V|`` values, kept
+while that is at most FLOOR_CELLS; O(N q)), then, only if that leaves it below ``best``,
+with its edge floors in the best order (every order up to ORDER_EXACT_MAX runs, a
+spanning-tree floor above). When the search passes NODE_LIMIT nodes or the budget,
+``Dmin(x + 1)`` stands in, found by bisection over the distinct ``D(v)`` with the same
+search for feasibility; if that runs out too, the least ``D(v)`` not yet ruled out (all
+weaker, still valid, values). On the SYNTHETIC hierarchical suite (benchmarks/), 1 s
+budget, this search with the sorted vectors and the numpy pairs raised the 80-GPU
+10 x 8 instance's bound from 25.33 to 32.26 (gap against the best known 42% -> 27%) and
+the 192-GPU 8 x 24 one's from 23.44 to 26.63 (37% -> 28%), where the earlier search
+(vectors in lexicographic order, a fixed cap, at most 4 runs searched, Python pairs)
+ran out of nodes at three components; on a second draw of the suite (other seeds) the
+8 x 24 bound went from 22.10 to 29.83 and 10 x 8 from 21.50 to 26.53. The other
+instances kept their values.
 Thresholds are the distinct minimum-spanning-tree weights (where components merge), tried from
 few components to many while the vector count ``|V| <= VECTOR_LIMIT`` and the budget
 lasts. The budget is counted in search nodes (NODES_PER_SECOND per second asked for),
@@ -50,16 +65,18 @@ from solver.spanning import spanning_tree
 
 #: Most component vectors enumerated for one threshold.
 VECTOR_LIMIT = 20_000
-#: Most run terms whose decompositions are searched exactly.
-QMAX = 4
+#: Most run terms whose decompositions are searched exactly (above: Dmin stands in).
+QMAX = 64
 #: Largest N x |V| for which the device floors F are kept (float64 cells, 32 MB).
 FLOOR_CELLS = 4_000_000
 #: Most search nodes per (threshold, delta) feasibility test before giving up (valid).
 NODE_LIMIT = 200_000
 #: Search nodes granted per second of time budget. The budget is counted in nodes, not
 #: read from the clock, so the bound is the same on a fast and on a loaded machine; the
-#: clock is only a safety net at SAFETY x the budget. Measured on a quiet 2-core machine:
-#: 210-410 thousand counted nodes per second on the benchmark suite.
+#: clock is only a safety net at SAFETY x the budget. Measured on a quiet 2-core machine,
+#: 1 s budgets on two draws of the benchmark suite: 104-296 thousand counted nodes per
+#: second (a decomposition's orders and numpy pairs are charged about what they cost),
+#: so a budget of s seconds took at most about s seconds (0.34-0.96 s for 1 s).
 NODES_PER_SECOND = 100_000
 SAFETY = 10.0
 #: Matrix cells of a threshold's O(N^2) set-up counted as one search node.
@@ -139,31 +156,77 @@ def _group_data_p(cum: np.ndarray, labels: np.ndarray, vecs: np.ndarray,
     return out, floors
 
 
+class _VectorIndex:
+    """Row of each vector in ``vecs``, by an integer key (the vector in base max + 1);
+    ``usable`` is False when that key would not fit in 62 bits."""
+
+    def __init__(self, vecs: np.ndarray) -> None:
+        radix = int(vecs.max()) + 1 if len(vecs) else 1
+        self.usable = len(vecs) > 0 and vecs.shape[1] * np.log2(max(radix, 2)) < 62
+        if self.usable:
+            self.place = radix ** np.arange(vecs.shape[1], dtype=np.int64)
+            keys = vecs @ self.place
+            self.order = np.argsort(keys, kind="stable")
+            self.keys = keys[self.order]
+
+    def lookup(self, rows: np.ndarray) -> np.ndarray:
+        """Row in ``vecs`` of each of ``rows``, -1 where it is not one of them."""
+        keys = rows @ self.place
+        at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        return np.where(self.keys[at] == keys, self.order[at], -1)
+
+
+def _pairs(vecs: np.ndarray, index: _VectorIndex, cand: np.ndarray, rem: np.ndarray,
+           length: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Every ``(i, j)`` with ``i`` in ``cand``, ``j >= i`` and ``rem = L vecs[i] + L' vecs[j]``
+    for some ``L + L' = length`` (``L, L' >= 1``), as two arrays, and the number of
+    (candidate, L) cells tested (the work). One numpy pass, O(length |cand| m)."""
+    cand = cand[(vecs[cand] <= rem).all(axis=1)]
+    if not len(cand) or length < 2:
+        return cand[:0], cand[:0], 0
+    size = np.arange(1, length)[:, None, None]
+    left = rem - size * vecs[cand][None]  # (L, cand, m)
+    rest = length - size
+    ok = (left >= 0).all(axis=2) & (left % rest == 0).all(axis=2)
+    at_size, at_cand = np.nonzero(ok)
+    i = cand[at_cand]
+    j = index.lookup(left[at_size, at_cand] // rest[at_size, 0]) if len(i) else i
+    good = j >= i
+    return i[good], j[good], ok.size
+
+
 class _Decompositions:
     """Exact search for (*) with vectors from an allowed set (see the module text)."""
 
     def __init__(self, vecs: np.ndarray, allowed: np.ndarray, work: _Work) -> None:
         self.vecs = vecs[allowed]
         self.keys = {tuple(v) for v in self.vecs.tolist()}
+        self.index = _VectorIndex(self.vecs)
         self.work = work
         self.nodes = 0
+
+    def _tick(self, nodes: int = 1) -> None:
+        self.nodes += nodes
+        self.work.left -= nodes
+        if self.nodes > NODE_LIMIT or self.work.left <= 0 or time.monotonic() > self.work.deadline:
+            raise OverflowError
 
     def feasible(self, rem: np.ndarray, length: int, q: int, first: int = 0) -> bool:
         """Can ``rem`` be written as at most ``q`` terms ``L v`` with ``sum L = length``?
 
         Raises OverflowError past NODE_LIMIT nodes or when the work is spent (the caller
         then falls back to a weaker valid value)."""
-        self.nodes += 1
-        self.work.left -= 1
-        if self.nodes > NODE_LIMIT or self.work.left <= 0 or (
-                self.nodes % 1024 == 0 and time.monotonic() > self.work.deadline):
-            raise OverflowError
+        self._tick()
         if length == 0:
             return not rem.any()
+        if not (rem % length).any() and tuple((rem // length).tolist()) in self.keys:
+            return True  # one term (fewer terms than q are allowed)
         if q == 1:
-            if (rem % length).any():
-                return False
-            return tuple((rem // length).tolist()) in self.keys
+            return False
+        if q == 2 and self.index.usable:
+            i, _, tested = _pairs(self.vecs, self.index, np.arange(first, len(self.vecs)), rem, length)
+            self._tick(1 + tested // 16)
+            return len(i) > 0
         fits = np.flatnonzero((self.vecs[first:] <= rem).all(axis=1)) + first
         for i in fits.tolist():
             v = self.vecs[i]
@@ -178,18 +241,26 @@ class _Decompositions:
 
 def _dmin(values: np.ndarray, vecs: np.ndarray, z: np.ndarray, p: int, q: int,
           work: _Work) -> float:
-    """Least ``delta`` with a decomposition of at most ``q`` terms (or the valid fallback)."""
-    fallback = float(values.min())
-    for delta in np.unique(values):
+    """Least ``delta`` with a decomposition of at most ``q`` terms (or the valid fallback):
+    bisection over the distinct ``D(v)``, since a decomposition within ``delta`` is one
+    within every larger value."""
+    levels = np.unique(values)
+    lo, hi = 0, len(levels)  # levels[hi] is feasible (hi == len: none known yet)
+    fallback = float(levels[0])  # every level below lo is infeasible
+    while lo < hi:
+        mid = (lo + hi) // 2
         if work.spent():
             return fallback
-        search = _Decompositions(vecs, values <= delta, work)
         try:
-            if search.feasible(z.copy(), p, q):
-                return float(delta)
+            ok = _Decompositions(vecs, values <= levels[mid], work).feasible(z.copy(), p, q)
         except OverflowError:
             return fallback
-    return np.inf  # no decomposition with q terms at all
+        if ok:
+            hi = mid
+        else:
+            lo = mid + 1
+            fallback = float(levels[lo]) if lo < len(levels) else np.inf
+    return float(levels[lo]) if lo < len(levels) else np.inf  # inf: no decomposition at all
 
 
 def _pair_floor(t_pp: np.ndarray, labels: np.ndarray, m: int) -> np.ndarray:
@@ -235,56 +306,115 @@ class _EdgeFloor:
         return float(self.levels[-1])
 
 
-def _ordered_cost(pieces: list[int], edge: _EdgeFloor) -> float:
-    """Least sum of B over consecutive pieces, over orders with consecutive pieces distinct."""
+#: Most pieces whose orders are all tried; above, a spanning-tree floor stands in.
+ORDER_EXACT_MAX = 6
+_ORDERS: dict[int, list[tuple[int, ...]]] = {}
+
+
+def _orders_of(q: int) -> list[tuple[int, ...]]:
+    """Orders of ``q`` pieces, one of each order and its reverse (B is symmetric)."""
     from itertools import permutations
 
-    best = np.inf
-    for order in set(permutations(pieces)):
-        if any(a == b for a, b in zip(order, order[1:])):
-            continue
-        best = min(best, sum(edge(a, b) for a, b in zip(order, order[1:])))
-    return best
+    if q not in _ORDERS:
+        _ORDERS[q] = [o for o in permutations(range(q)) if o[0] < o[-1]] if q > 1 else [(0,)]
+    return _ORDERS[q]
+
+
+def _ordered_cost(pieces: list[int], edge: _EdgeFloor) -> float:
+    """Least sum of B over consecutive pieces, over orders with consecutive pieces
+    distinct: every order up to ORDER_EXACT_MAX pieces (``q! / 2``); above, the weight of
+    a minimum spanning tree of the pieces under B, which no order (a path through every
+    piece) undercuts, so the bound stays valid. ``q^2`` floors B either way."""
+    q = len(pieces)
+    if q < 2:
+        return 0.0
+    c = np.array([[edge(a, b) if a != b else np.inf for b in pieces] for a in pieces])
+    if q <= ORDER_EXACT_MAX:
+        return min(sum(c[o[k], o[k + 1]] for k in range(q - 1)) for o in _orders_of(q))
+    inside = np.zeros(q, dtype=bool)  # Prim, O(q^2)
+    inside[0] = True
+    reach = c[0].copy()
+    total = 0.0
+    for _ in range(q - 1):
+        reach[inside] = np.inf
+        k = int(np.argmin(reach))
+        total += reach[k]
+        inside[k] = True
+        reach = np.minimum(reach, c[k])
+    return float(total)
 
 
 class _Runs:
-    """All decompositions (*) into exactly ``q`` pieces, scored with ordered edge floors."""
+    """All decompositions (*) into exactly ``q`` pieces, scored with ordered edge floors.
 
-    def __init__(self, vecs, values, edge: _EdgeFloor, work: _Work, score, floors=None) -> None:
+    ``vecs`` come sorted by ``D(v)`` (``values``), so the pieces of a decomposition are
+    chosen in rising DataP and the search stops a branch at the first vector whose
+    ``D(v)`` already reaches ``best - pipe`` (``pipe``: the least Pipeline floor with
+    this many dear edges; ``best``: the least Comm floor found so far, which falls as
+    the search goes). The last two pieces are matched in numpy: for each first piece
+    and length, the second is ``(rem - L v) / L'``, looked up by an integer key."""
+
+    def __init__(self, vecs, values, edge: _EdgeFloor, work: _Work, score, floors=None,
+                 pipe: float = 0.0, best: float = np.inf) -> None:
         self.vecs, self.values, self.edge, self.work, self.score = vecs, values, edge, work, score
         self.floors = floors
+        self.pipe, self.best = pipe, best
         self.index = {tuple(v): i for i, v in enumerate(vecs.tolist())}
-        self.best = np.inf
         self.nodes = 0
+        self.vector_index = _VectorIndex(vecs)
+
+    def _tick(self, nodes: int = 1) -> None:
+        self.nodes += nodes
+        self.work.left -= nodes
+        if self.nodes > NODE_LIMIT or self.work.left <= 0 or time.monotonic() > self.work.deadline:
+            raise OverflowError
+
+    def _leaf(self, pieces: list[int], dmax: float) -> None:
+        d = dmax
+        if self.floors is not None:  # every device sits in one of these groups
+            d = max(d, float(self.floors[:, pieces].min(axis=1).max()))
+            self.work.left -= len(self.floors) * len(pieces) // 256
+            if d > self.best - self.pipe:
+                return  # Comm >= d + pipe already reaches the best: no order needed
+        q = len(pieces)  # the orders tried and the q^2 floors, in nodes
+        self.work.left -= q * q + (len(_orders_of(q)) * (q - 1) // 8 if q <= ORDER_EXACT_MAX else q * q)
+        self.best = min(self.best, self.score(d, _ordered_cost(pieces, self.edge)))
 
     def search(self, rem, length, q, first, chosen, dmax, cap) -> None:
-        self.nodes += 1
-        self.work.left -= 1
-        if self.nodes > NODE_LIMIT or self.work.left <= 0 or (
-                self.nodes % 256 == 0 and time.monotonic() > self.work.deadline):
-            raise OverflowError
+        self._tick()
+        cap = min(cap, self.best - self.pipe)
         if q == 1:
             if (rem % length).any():
                 return
             last = self.index.get(tuple((rem // length).tolist()))
             if last is None or last < first or self.values[last] > cap:
                 return
-            pieces = chosen + [last]
-            self.work.left -= 8 * len(pieces) ** 2  # orders and edge floors cost more than a node
-            d = max(dmax, float(self.values[last]))
-            if self.floors is not None:  # every device sits in one of these groups
-                d = max(d, float(self.floors[:, pieces].min(axis=1).max()))
-                self.work.left -= len(self.floors) * len(pieces) // 256
-            self.best = min(self.best, self.score(d, _ordered_cost(pieces, self.edge)))
+            self._leaf(chosen + [last], max(dmax, float(self.values[last])))
             return
-        ok = (self.vecs[first:] <= rem).all(axis=1) & (self.values[first:] <= cap)
+        if q == 2 and self.vector_index.usable:
+            self._last_two(rem, length, first, chosen, dmax, cap)
+            return
+        hi = int(np.searchsorted(self.values, cap, side="right"))
+        ok = (self.vecs[first:hi] <= rem).all(axis=1)
         for i in (np.flatnonzero(ok) + first).tolist():
+            if self.values[i] > self.best - self.pipe:
+                break  # the best fell while this branch was searched
             v = self.vecs[i]
             for size in range(1, length - q + 2):
                 left = rem - size * v
                 if (left < 0).any():
                     break
                 self.search(left, length - size, q - 1, i, chosen + [i], max(dmax, float(self.values[i])), cap)
+
+    def _last_two(self, rem, length, first, chosen, dmax, cap) -> None:
+        """``rem = L v_i + L' v_j`` with ``first <= i <= j``, ``L + L' = length``."""
+        hi = int(np.searchsorted(self.values, cap, side="right"))
+        i, j, tested = _pairs(self.vecs, self.vector_index, np.arange(first, max(first, hi)), rem, length)
+        self._tick(1 + tested // 16)
+        good = self.values[j] <= min(cap, self.best - self.pipe)
+        for a, b in zip(i[good].tolist(), j[good].tolist()):
+            if self.values[b] <= self.best - self.pipe:  # the best may fall on the way
+                self._leaf(chosen + [a, b], max(dmax, float(self.values[b])))
 
 
 def threshold_bound(t_pp, t_dp, d_pp, d_dp, t, p_sep, d_sep, work: _Work,
@@ -299,6 +429,9 @@ def threshold_bound(t_pp, t_dp, d_pp, d_dp, t, p_sep, d_sep, work: _Work,
         return None
     values, floors = _group_data_p(_cumulative(t_dp, labels, m, d_dp), labels, vecs,
                                    keep_devices=n * len(vecs) <= FLOOR_CELLS)
+    by_value = np.argsort(values, kind="stable")  # _Runs chooses pieces in rising D(v)
+    vecs, values = vecs[by_value], values[by_value]
+    floors = floors[:, by_value] if floors is not None else None
     work.left -= len(vecs) * n // 64  # building D counts against the budget too
     m1 = float(t_pp[~np.eye(n, dtype=bool)].min())
     edge = _EdgeFloor(_pair_floor(t_pp, labels, m), vecs, work)
@@ -319,9 +452,9 @@ def _bound_for(x, pipe, m1, d_pp, p_sep, d_sep, vecs, values, floors, z, edge, w
     def score(dmax: float, edges: float) -> float:
         return max(d_sep, dmax) + max(p_sep, 2.0 * ((d_pp - 1 - x) * m1 + edges))
 
-    runs = _Runs(vecs, values, edge, work, score, floors)
+    runs = _Runs(vecs, values, edge, work, score, floors, pipe=pipe, best=best + 1e-12 if np.isfinite(best) else np.inf)
     try:
-        runs.search(z.copy(), d_pp, x + 1, 0, [], -np.inf, best - pipe + 1e-12 if np.isfinite(best) else np.inf)
+        runs.search(z.copy(), d_pp, x + 1, 0, [], -np.inf, np.inf)
     except OverflowError:  # too many decompositions: the weaker run-count bound
         return pipe + max(d_sep, _dmin(values, vecs, z, d_pp, x + 1, work))
     return runs.best

@@ -141,3 +141,98 @@ def test_spanning_tree_keeps_links_cheaper_than_a_hundred_millionth():
     t_dp = t_pp / 2
     model = CostModel(t_pp, t_dp, Workload(3, 2, 1.0, 1.0))
     assert lower_bound(model, 0.5).value <= brute_force_optimum(model) + 1e-12
+
+
+# -- the exact search behind the joint bound, against plain enumeration ---------------
+
+def _reference_threshold_bound(model, t, components):
+    """threshold_bound without pruning, sorting or numpy look-ups: every decomposition
+    into x + 1 pieces scored as the module text says (same floors and orders)."""
+    from itertools import combinations_with_replacement
+
+    from solver import joint_bound as jb
+
+    w = model.workload
+    m, labels = components
+    z = np.bincount(labels, minlength=m)
+    vecs = jb._vectors(z, w.d_dp)
+    values, floors = jb._group_data_p(jb._cumulative(model.t_dp, labels, m, w.d_dp), labels, vecs, True)
+    sep = separate_bound(model)
+    n = model.n
+    m1 = float(model.t_pp[~np.eye(n, dtype=bool)].min())
+    edge = jb._EdgeFloor(jb._pair_floor(model.t_pp, labels, m), vecs, jb._Work(1e6))
+
+    def lengths(q, total):
+        if q == 1:
+            yield (total,)
+            return
+        for first in range(1, total - q + 2):
+            for rest in lengths(q - 1, total - first):
+                yield (first,) + rest
+
+    best = np.inf
+    for x in range(w.d_pp):
+        for pieces in combinations_with_replacement(range(len(vecs)), x + 1):
+            for ls in set(lengths(x + 1, w.d_pp)):
+                if not (sum(L * vecs[i] for L, i in zip(ls, pieces)) == z).all():
+                    continue
+                d = max(float(values[list(pieces)].max()), float(floors[:, list(pieces)].min(axis=1).max()))
+                e = jb._ordered_cost(list(pieces), edge)
+                best = min(best, max(sep.data_p, d) + max(sep.pipeline, 2 * ((w.d_pp - 1 - x) * m1 + e)))
+    return best
+
+
+@pytest.mark.parametrize("d_pp, d_dp, seed", [(4, 3, 1), (5, 2, 2), (3, 4, 3), (6, 2, 4)])
+def test_pruned_decomposition_search_equals_plain_enumeration(d_pp, d_dp, seed):
+    from solver import joint_bound as jb
+    from solver.spanning import spanning_tree
+
+    model = random_model(np.random.default_rng(seed), d_pp, d_dp, clustered=True)
+    sep = separate_bound(model)
+    tree = spanning_tree(model)
+    compared = 0
+    for t in list(tree.thresholds())[:4]:
+        components = tree.components(float(t))
+        if components[0] < 2:
+            continue
+        got = jb.threshold_bound(model.t_pp, model.t_dp, d_pp, d_dp, float(t), sep.pipeline, sep.data_p,
+                                 jb._Work(100.0), components)
+        assert got == pytest.approx(_reference_threshold_bound(model, float(t), components), rel=1e-9)
+        compared += 1
+    assert compared >= 2
+
+
+def test_orders_are_exact_up_to_six_pieces_and_a_spanning_tree_floor_above():
+    from itertools import permutations
+
+    from solver import joint_bound as jb
+
+    rng = np.random.default_rng(8)
+    for q in (2, 3, 5, 6, 7, 8):
+        c = rng.uniform(1, 10, (q, q))
+        c = c + c.T
+        pieces = list(range(q))
+        if q >= 4:
+            pieces[1] = pieces[3]  # a vector used twice: never next to itself
+        edge = lambda a, b: float(c[a, b])  # noqa: E731
+        exact = min(sum(edge(o[k], o[k + 1]) for k in range(q - 1)) for o in permutations(pieces)
+                    if all(a != b for a, b in zip(o, o[1:])))
+        got = jb._ordered_cost(pieces, edge)
+        if q <= jb.ORDER_EXACT_MAX:
+            assert got == pytest.approx(exact)
+        else:
+            assert got <= exact + 1e-12 and got > 0
+
+
+def test_least_run_datap_by_bisection_equals_the_scan_over_levels():
+    from solver import joint_bound as jb
+
+    rng = np.random.default_rng(3)
+    z = np.array([5, 4, 3])
+    vecs = jb._vectors(z, 4)
+    for _ in range(5):
+        values = rng.uniform(0, 10, len(vecs))
+        for q in (1, 2, 3):
+            scan = next((float(d) for d in np.unique(values)
+                         if jb._Decompositions(vecs, values <= d, jb._Work(100.0)).feasible(z.copy(), 3, q)), np.inf)
+            assert jb._dmin(values, vecs, z, 3, q, jb._Work(100.0)) == scan
