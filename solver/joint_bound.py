@@ -157,11 +157,13 @@ def _group_data_p(cum: np.ndarray, labels: np.ndarray, vecs: np.ndarray,
 
 
 class _VectorIndex:
-    """Row of each vector in ``vecs``, by an integer key (the vector in base max + 1);
-    ``usable`` is False when that key would not fit in 62 bits."""
+    """Row of each vector in ``vecs``, by an integer key (the vector in base ``radix``,
+    default max + 1; rows looked up must have every entry below it, or two rows could
+    share a key); ``usable`` is False when that key would not fit in 62 bits."""
 
-    def __init__(self, vecs: np.ndarray) -> None:
-        radix = int(vecs.max()) + 1 if len(vecs) else 1
+    def __init__(self, vecs: np.ndarray, radix: int | None = None) -> None:
+        if radix is None:
+            radix = int(vecs.max()) + 1 if len(vecs) else 1
         self.usable = len(vecs) > 0 and vecs.shape[1] * np.log2(max(radix, 2)) < 62
         if self.usable:
             self.place = radix ** np.arange(vecs.shape[1], dtype=np.int64)
@@ -201,7 +203,8 @@ class _Decompositions:
     def __init__(self, vecs: np.ndarray, allowed: np.ndarray, work: _Work) -> None:
         self.vecs = vecs[allowed]
         self.keys = {tuple(v) for v in self.vecs.tolist()}
-        self.index = _VectorIndex(self.vecs)
+        # the radix of all vectors: remainders looked up can hold counts the allowed lack
+        self.index = _VectorIndex(self.vecs, int(vecs.max()) + 1 if len(vecs) else 1)
         self.work = work
         self.nodes = 0
 
