@@ -76,7 +76,7 @@ NODE_LIMIT = 200_000
 #: clock is only a safety net at SAFETY x the budget. Measured on a quiet 2-core machine,
 #: 1 s budgets on two draws of the benchmark suite: 104-296 thousand counted nodes per
 #: second (a decomposition's orders and numpy pairs are charged about what they cost),
-#: so a budget of s seconds took at most about s seconds (0.34-0.96 s for 1 s).
+#: so a budget of s seconds took about s seconds or less (0.34-1.19 s for 1 s, two runs).
 NODES_PER_SECOND = 100_000
 SAFETY = 10.0
 #: Matrix cells of a threshold's O(N^2) set-up counted as one search node.
