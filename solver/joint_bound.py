@@ -197,14 +197,12 @@ def _pairs(vecs: np.ndarray, index: _VectorIndex, cand: np.ndarray, rem: np.ndar
     return i[good], j[good], ok.size
 
 
-class _Decompositions:
-    """Exact search for (*) with vectors from an allowed set (see the module text)."""
+class _Search:
+    """Node counting shared by the depth-first searches below: past NODE_LIMIT nodes, the
+    work budget or the safety deadline, ``_tick`` raises OverflowError (the caller then
+    falls back to a weaker valid value)."""
 
-    def __init__(self, vecs: np.ndarray, allowed: np.ndarray, work: _Work) -> None:
-        self.vecs = vecs[allowed]
-        self.keys = {tuple(v) for v in self.vecs.tolist()}
-        # the radix of all vectors: remainders looked up can hold counts the allowed lack
-        self.index = _VectorIndex(self.vecs, int(vecs.max()) + 1 if len(vecs) else 1)
+    def __init__(self, work: _Work) -> None:
         self.work = work
         self.nodes = 0
 
@@ -213,6 +211,17 @@ class _Decompositions:
         self.work.left -= nodes
         if self.nodes > NODE_LIMIT or self.work.left <= 0 or time.monotonic() > self.work.deadline:
             raise OverflowError
+
+
+class _Decompositions(_Search):
+    """Exact search for (*) with vectors from an allowed set (see the module text)."""
+
+    def __init__(self, vecs: np.ndarray, allowed: np.ndarray, work: _Work) -> None:
+        super().__init__(work)
+        self.vecs = vecs[allowed]
+        self.keys = {tuple(v) for v in self.vecs.tolist()}
+        # the radix of all vectors: remainders looked up can hold counts the allowed lack
+        self.index = _VectorIndex(self.vecs, int(vecs.max()) + 1 if len(vecs) else 1)
 
     def feasible(self, rem: np.ndarray, length: int, q: int, first: int = 0) -> bool:
         """Can ``rem`` be written as at most ``q`` terms ``L v`` with ``sum L = length``?
@@ -347,7 +356,7 @@ def _ordered_cost(pieces: list[int], edge: _EdgeFloor) -> float:
     return float(total)
 
 
-class _Runs:
+class _Runs(_Search):
     """All decompositions (*) into exactly ``q`` pieces, scored with ordered edge floors.
 
     ``vecs`` come sorted by ``D(v)`` (``values``), so the pieces of a decomposition are
@@ -359,18 +368,12 @@ class _Runs:
 
     def __init__(self, vecs, values, edge: _EdgeFloor, work: _Work, score, floors=None,
                  pipe: float = 0.0, best: float = np.inf) -> None:
-        self.vecs, self.values, self.edge, self.work, self.score = vecs, values, edge, work, score
+        super().__init__(work)
+        self.vecs, self.values, self.edge, self.score = vecs, values, edge, score
         self.floors = floors
         self.pipe, self.best = pipe, best
         self.index = {tuple(v): i for i, v in enumerate(vecs.tolist())}
-        self.nodes = 0
         self.vector_index = _VectorIndex(vecs)
-
-    def _tick(self, nodes: int = 1) -> None:
-        self.nodes += nodes
-        self.work.left -= nodes
-        if self.nodes > NODE_LIMIT or self.work.left <= 0 or time.monotonic() > self.work.deadline:
-            raise OverflowError
 
     def _leaf(self, pieces: list[int], dmax: float) -> None:
         d = dmax
@@ -414,7 +417,7 @@ class _Runs:
         hi = int(np.searchsorted(self.values, cap, side="right"))
         i, j, tested = _pairs(self.vecs, self.vector_index, np.arange(first, max(first, hi)), rem, length)
         self._tick(1 + tested // 16)
-        good = self.values[j] <= min(cap, self.best - self.pipe)
+        good = self.values[j] <= cap  # search() lowered cap to best - pipe just before
         for a, b in zip(i[good].tolist(), j[good].tolist()):
             if self.values[b] <= self.best - self.pipe:  # the best may fall on the way
                 self._leaf(chosen + [a, b], max(dmax, float(self.values[b])))
