@@ -3,8 +3,9 @@
 The one path for ``solve``, ``demo`` and the console's Solve screen. A stop request
 (Ctrl-C in the CLI, Cancel in the console) ends the search with the best placement so
 far and skips the baselines still to draw; the finished search is always returned, so a
-stop that arrives after the search never loses its result. Baselines count against the
-time limit: they are drawn in chunks and stop once it has passed.
+stop that arrives after the search never loses its result. The time limit covers the
+bound, the search and the baselines: the search ends BASELINE_SHARE of the limit early,
+and the baselines, drawn in chunks, stop once it has passed.
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ from solver.workload import Workload
 
 #: Most random placements per baseline: a billion samples would run for days.
 MAX_BASELINE_SAMPLES = 100_000
+#: Under a time limit, the share kept for the random baselines (each of the two gets
+#: half of what is left when it starts), and the least share the search gets whatever
+#: the bound took.
+BASELINE_SHARE = 0.05
+MIN_SEARCH_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,7 @@ def run_placement(
     callback: Callable[[Any], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     bound: Any = None,
+    started: float | None = None,
 ) -> SolveOutcome:
     """Bound, search and baselines for ``model`` (see the module text for stopping).
 
@@ -83,9 +90,14 @@ def run_placement(
     from solver.search import solve
 
     check_baseline_samples(options.baseline_samples)
-    started = time.monotonic()
+    started = time.monotonic() if started is None else started
+    deadline = None if options.time_limit is None else started + options.time_limit
     if bound is None:
         bound = lower_bound(model, bound_budget_s(options.time_limit))
+    search_limit = None
+    if deadline is not None:  # the limit covers the bound, the search and the baselines
+        reserve = BASELINE_SHARE * options.time_limit if options.baseline_samples else 0.0
+        search_limit = max(MIN_SEARCH_SHARE * options.time_limit, deadline - time.monotonic() - reserve)
 
     def checked(progress: Any) -> None:
         if callback is not None:
@@ -95,11 +107,10 @@ def run_placement(
 
     try:
         result = solve(model, seed=options.seed, budget=options.budget, restarts=options.restarts,
-                       time_limit=options.time_limit, callback=checked, seed_orders=seed_orders,
+                       time_limit=search_limit, callback=checked, seed_orders=seed_orders,
                        workers=options.workers, lower_bound=bound.value)
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    deadline = None if options.time_limit is None else started + options.time_limit
     baselines, cut = draw_baselines(model, options.baseline_samples, options.seed,
                                     deadline=deadline, should_stop=should_stop)
     return SolveOutcome(model, result, bound, baselines, cut, stopped=should_stop())
@@ -117,13 +128,17 @@ def draw_baselines(model: Any, samples: int, seed: int, *, deadline: float | Non
         return not should_stop() and (deadline is None or time.monotonic() < deadline)
 
     out, cut = [], False
-    for sampler in (random_stage_groups, random_rank_maps):
+    samplers = (random_stage_groups, random_rank_maps)
+    for i, sampler in enumerate(samplers):
         if samples == 0:
             break
         if not keep_going():
             cut = True
             break
-        dist = sampler(model, samples, seed, keep_going)
+        # under a deadline each baseline gets an equal share of what is left
+        own = None if deadline is None else time.monotonic() + (deadline - time.monotonic()) / (len(samplers) - i)
+        dist = sampler(model, samples, seed,
+                       keep_going if own is None else (lambda own=own: keep_going() and time.monotonic() < own))
         cut = cut or dist.values.size < samples
         if dist.values.size:
             out.append(dist)

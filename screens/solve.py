@@ -199,7 +199,8 @@ class SolveScreen(ConsoleScreen):
         from geoconsole import solving
         from solver.bounds import bound_budget_s, lower_bound
 
-        found_bound = lower_bound(model, bound_budget_s(options.time_limit))  # within the time limit
+        started = time.monotonic()  # the time limit covers the bound too
+        found_bound = lower_bound(model, bound_budget_s(options.time_limit))
         bound = found_bound.value
         self.post_message(self.Started(bound))
         last = [0.0]
@@ -213,7 +214,7 @@ class SolveScreen(ConsoleScreen):
         core = solving.SolveOptions(seed=options.seed, budget=options.budget, restarts=options.restarts,
                                     time_limit=options.time_limit, baseline_samples=baseline_samples(model.n))
         outcome = solving.run_placement(model, core, seed_orders=prepared.seed_orders, callback=callback,
-                                        should_stop=self._cancel.is_set, bound=found_bound)
+                                        should_stop=self._cancel.is_set, bound=found_bound, started=started)
         baselines = {d.name: [float(v) for v in d.values] for d in outcome.baselines}
         from geoconsole.advice import for_solve  # one small re-solve: the poor-device check
 
