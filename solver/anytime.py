@@ -52,7 +52,7 @@ from typing import Callable
 import numpy as np
 
 from solver.descent import Effort, descend
-from solver.rebalance import levels, rebalance, signature
+from solver.rebalance import fine_level, levels, rebalance, signature
 from solver.tempering import Ladder
 
 #: Scored swaps of one tempering walk when no time limit is given: TEMPER_SWEEPS sweeps
@@ -137,7 +137,7 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
         return Walk(best_grid, best, strategy, effort.nfev - start_nfev, effort.nit - start_nit,
                     done, trace)
     if model.n <= DESCENT_FULL_N and "levels" not in memory:  # once per worker, not timed
-        memory["levels"] = levels(model)
+        memory["levels"], memory["fine"] = levels(model), fine_level(model)
     closing_from = clock()
     # its own budget: it runs even when the walk's clock ended the ladder; above
     # DESCENT_FULL_N devices only the polish (a partition pass alone is 4 N matchings)
@@ -150,11 +150,20 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
         ladder.inject(state.grid, state.score)
         improved(state.score, "parallel tempering, then descent", state.grid)
     if model.n <= DESCENT_FULL_N and not cancel():
+        fine = memory["fine"]
         key = signature(state.grid, memory["levels"])
+        fine_key = None if fine is None else signature(state.grid, [fine])
         moved = None
-        if memory.get("balanced") != key:  # the same component vectors failed last time
-            moved = rebalance(model, state.grid, memory["levels"], float(state.score), rng, stop=cancel)
-            memory["balanced"] = key if moved is None and not cancel() else None
+        # the same component vectors failed last time: only the fine level's splits,
+        # if its vectors changed
+        coarse = memory.get("balanced") != key
+        if coarse or (fine is not None and memory.get("split") != fine_key):
+            moved = rebalance(model, state.grid, memory["levels"] if coarse else [], float(state.score),
+                              rng, stop=cancel, split_labels=fine)
+            failed = moved is None and not cancel()
+            memory["split"] = fine_key if failed else None
+            if coarse:
+                memory["balanced"] = key if failed else None
         if moved is not None:
             effort.nfev += moved[2]
             ladder.inject(moved[0], moved[1])

@@ -34,6 +34,17 @@ it (4 x 12: +5.6% -> +1.2%, a basin at +16.5% gone; 16 x 4: +9.2% -> +7.6%); at
 ``--time-limit 30`` on 16 x 4, seeds 0-2, above 35.55 s: +0.5 / +2.7 / -0.4% against
 +3.1 / +7.4 / +9.2%.
 
+A third move, *splitting*, works at the finest level of near-identical devices (the
+hosts: ``fine_level``). Inside a run of groups that mix coarse components (say two GPUs
+of each of two regions per group, so every pipeline stays on its hosts), an edge is
+cheap only when every pipeline stays on its host across it, which needs the two groups'
+host vectors equal. A run whose hosts change at different edges in different pipelines
+pays one dear edge per change; the same devices dealt into two sub-runs of ``k1`` and
+``k - k1`` groups, each with one equal vector (``_split_runs``: per host, a multiple of
+``k1`` to the first sub-run and of ``k - k1`` to the second, fewest devices moved first),
+change hosts at one edge. On a 10 s result of the 80-GPU 10 x 8 suite instance it moved
+45.44 s to 45.12 s where neither other move found anything.
+
 Which devices move: a group gives away the surplus devices with the smallest mean
 ``T_dp`` to the segment's other groups (the cheapest to carry elsewhere), and takes,
 of each component it lacks, the free devices with the smallest sum to the devices it
@@ -45,6 +56,9 @@ component counts (``O(m)`` each); a rebalanced segment is scored in the current 
 best of each kind (equal, gathered) are descended for DESCENT_SWEEPS local-search sweeps
 (polish first: exact matchings and order). Gathering scores one more candidate per
 segment, about doubling the scan (16 x 4 suite grid: 0.3 s -> 0.6-0.7 s a pass).
+Splitting tries, at the fine level only, each segment's ``k - 1`` split points with at
+most SPLIT_MOST count vectors each (a depth-first search over the hosts' admissible
+shares, at most SPLIT_NODES nodes): about 0.06 s a pass on the 16 x 4 and 10 x 8 grids.
 Levels come from the model's minimum spanning tree (solver.spanning, built once per
 model, O(N^2)), then O(N) each.
 """
@@ -67,6 +81,16 @@ ANCHORED = True
 #: whole groups (``_gathered``); such a candidate is descended only when it already
 #: beats the current grid in the current order.
 GATHER = True
+#: Whether runs are also *split* at the fine level: dealt into two sub-runs of equal host
+#: vectors each (``_split_runs``).
+SPLIT = True
+#: Count vectors tried per split point, and the most search nodes spent finding them.
+SPLIT_MOST = 4
+SPLIT_NODES = 500
+#: The fine level's components: at most N / FINE_SHARE (hosts of two or more devices),
+#: cut where one tree weight is at least FINE_JUMP times the one below it.
+FINE_SHARE = 2
+FINE_JUMP = 2.0
 #: Most improving rebalances applied in one call.
 MAX_MOVES = 4
 #: Rebalanced segments descended per pass, and as many gathered ones (the best by their
@@ -88,6 +112,76 @@ def levels(model, most: int = LEVELS) -> list[np.ndarray]:
         if m >= 2 and labels.tobytes() not in seen:
             seen.add(labels.tobytes())
             out.append(labels.astype(np.int64))
+    return out
+
+
+def fine_level(model) -> np.ndarray | None:
+    """Component labels of the finest clear level (hosts, say): the cut of the minimum
+    spanning tree between two consecutive weights at least FINE_JUMP apart that leaves
+    the most components, among cuts leaving 2 .. N / FINE_SHARE; None when there is no
+    such cut (every tree edge within a factor FINE_JUMP of the next). O(N) after the
+    tree."""
+    tree = spanning_tree(model)
+    w = np.sort(tree.weights)
+    n = model.n
+    for i in range(max(0, n - 1 - n // FINE_SHARE), len(w) - 1):  # most components first
+        # the i + 1 lightest edges kept: n - i - 1 components (at most n // FINE_SHARE)
+        if w[i + 1] >= FINE_JUMP * max(w[i], np.finfo(float).tiny):
+            return tree.components(float((w[i] + w[i + 1]) / 2))[1].astype(np.int64)
+    return None
+
+
+def _split_runs(vec: np.ndarray, k1: int, most: int = SPLIT_MOST,
+                nodes: int = SPLIT_NODES) -> list[np.ndarray]:
+    """Targets for a segment (``vec``: its ``(k, m)`` counts) dealt into a first sub-run
+    of ``k1`` groups and a second of ``k - k1``, each with one equal vector: component c
+    gives the first sub-run ``x_c``, a multiple of ``k1`` whose rest ``total_c - x_c`` is
+    a multiple of ``k - k1``, and the ``x_c`` add up to ``D_DP k1``. Depth-first over the
+    components with fewest choices first, each trying its shares nearest to what the
+    first sub-run holds now; the ``most`` solutions moving the fewest devices (of those
+    found within ``nodes`` search nodes) that differ from ``vec``, as ``(k, m)``
+    targets. O(nodes + most k m)."""
+    k, m = vec.shape
+    k2 = k - k1
+    total = vec.sum(axis=0)
+    now = vec[:k1].sum(axis=0)
+    choices = []
+    for c in range(m):
+        xs = [x for x in range(0, int(total[c]) + 1, k1) if (total[c] - x) % k2 == 0]
+        if not xs:
+            return []
+        choices.append(sorted(xs, key=lambda x, c=c: (abs(x - int(now[c])), x)))
+    order = sorted(range(m), key=lambda c: (len(choices[c]), c))
+    low = np.zeros(m + 1, dtype=np.int64)
+    high = np.zeros(m + 1, dtype=np.int64)
+    for j in range(m - 1, -1, -1):
+        low[j] = low[j + 1] + min(choices[order[j]])
+        high[j] = high[j + 1] + max(choices[order[j]])
+    need = int(vec[0].sum()) * k1
+    found: list[tuple[int, np.ndarray]] = []
+    x = np.zeros(m, dtype=np.int64)
+    left = [nodes]
+
+    def search(j: int, s: int, moved: int) -> None:
+        left[0] -= 1
+        if left[0] < 0 or s + low[j] > need or s + high[j] < need:
+            return
+        if j == m:
+            found.append((moved, x.copy()))
+            return
+        c = order[j]
+        for v in choices[c]:
+            x[c] = v
+            search(j + 1, s + v, moved + abs(v - int(now[c])))
+
+    search(0, 0, 0)
+    out = []
+    for _, xs in sorted(found, key=lambda f: f[0]):
+        t = np.vstack([np.tile(xs // k1, (k1, 1)), np.tile((total - xs) // k2, (k2, 1))])
+        if (t != vec).any():
+            out.append(t)
+        if len(out) >= most:
+            break
     return out
 
 
@@ -210,13 +304,36 @@ class _Scorer:
         return data_p + 2.0 * pipe
 
 
+def _splits(model, cols: list[np.ndarray], lab: np.ndarray, scorer: _Scorer, best: float,
+            stop: Callable[[], bool]) -> list[tuple[float, int, list[np.ndarray]]] | None:
+    """Every segment of ``cols`` dealt into two sub-runs of equal vectors at level
+    ``lab`` (``_split_runs``), scored in the current order; those that beat ``best``, as
+    ``(Comm, index, groups)``. None when ``stop()`` said so."""
+    vec = _counts(np.stack(cols, axis=1), lab)
+    p = len(cols)
+    out: list[tuple[float, int, list[np.ndarray]]] = []
+    for a in range(p - 1):
+        if stop():
+            return None
+        for b in range(a + 1, p):
+            for k1 in range(1, b - a + 1):
+                for t in _split_runs(vec[a:b + 1], k1):
+                    new = cols[:a] + _redeal(model.t_dp, cols[a:b + 1], lab, t) + cols[b + 1:]
+                    comm = scorer.comm(new, a, b)
+                    if comm < best - 1e-12 * max(1.0, best):
+                        out.append((comm, len(out), new))
+    return out
+
+
 def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: float,
               rng: np.random.Generator, stop: Callable[[], bool] = lambda: False,
-              sweeps: float = DESCENT_SWEEPS) -> tuple[np.ndarray, float, int] | None:
+              sweeps: float = DESCENT_SWEEPS,
+              split_labels: np.ndarray | None = None) -> tuple[np.ndarray, float, int] | None:
     """Improving segment rebalances of ``grid`` (Comm ``fun``): per pass, the TRY best
-    rebalanced segments and the TRY best gathered ones that beat the grid (all scored in
-    the current order) are descended briefly, and the best is kept if it beats the
-    current grid. ``(grid, Comm, swaps scored)`` or None."""
+    rebalanced segments, the TRY best gathered ones and the TRY best split ones (at the
+    level ``split_labels``, when given) that beat the grid (all scored in the current
+    order) are descended briefly, and the best is kept if it beats the current grid.
+    ``(grid, Comm, swaps scored)`` or None."""
     from solver.descent import Effort, descend
 
     best_grid, best = grid, fun
@@ -256,10 +373,13 @@ def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: floa
                             comm = scorer.comm(new, a, b)
                             if comm < best - 1e-12 * max(1.0, best):
                                 gathered.append((comm, len(gathered), new))
+        split = [] if split_labels is None or not SPLIT else _splits(model, cols, split_labels, scorer, best, stop)
+        if split is None:
+            return (best_grid, best, nfev) if moved else None
         better = None
         first = lambda f: (f[0], f[1])  # noqa: E731
-        for _, _, new in (sorted(found, key=first)[:TRY]
-                          + sorted(gathered, key=first)[:TRY]):
+        for _, _, new in (sorted(found, key=first)[:TRY] + sorted(gathered, key=first)[:TRY]
+                          + sorted(split, key=first)[:TRY]):
             effort = Effort(int(sweeps * model.n * model.n), stop)
             state = descend(model, np.stack(new, axis=1), rng, effort)  # descend polishes first
             nfev += effort.nfev

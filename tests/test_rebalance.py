@@ -137,3 +137,79 @@ def test_a_mixed_run_is_gathered_when_its_datap_rules(monkeypatch):
     assert comm < 5
     counts = sorted(tuple(np.bincount(site[new[:, s]], minlength=3).tolist()) for s in range(4))
     assert counts == [(0, 0, 4), (0, 4, 0), (4, 0, 0), (4, 0, 0)]
+
+
+def _regions_of_hosts(hosts, regions, d_pp, d_dp, seed=0):
+    """Hosts of ``hosts`` devices in ``regions[h]``; T_pp 0.1 / 1 / 10 and T_dp 0.05 /
+    0.5 / 5 inside a host / between hosts of a region / between regions (x [0.95, 1.05])."""
+    rng = np.random.default_rng(seed)
+    host = np.repeat(np.arange(len(hosts)), hosts)
+    reg = np.array([regions[h] for h in host])
+    n = len(host)
+    mats = []
+    for inside, region, between in ((0.1, 1.0, 10.0), (0.05, 0.5, 5.0)):
+        t = np.where(host[:, None] == host[None, :], inside,
+                     np.where(reg[:, None] == reg[None, :], region, between)) * rng.uniform(0.95, 1.05, (n, n))
+        t = (t + t.T) / 2
+        np.fill_diagonal(t, 0)
+        mats.append(t)
+    return CostModel(mats[0], mats[1], Workload(d_pp, d_dp, 1.0, 1.0)), host, reg
+
+
+def test_the_fine_level_is_the_hosts():
+    from solver.rebalance import fine_level
+
+    model, host, _ = _regions_of_hosts([4, 5, 4, 5], [0, 0, 1, 1], d_pp=9, d_dp=2)
+    lab = fine_level(model)
+    assert lab is not None and len(set(lab.tolist())) == 4
+    assert all(((lab == lab[i]) == (host == host[i])).all() for i in range(model.n))
+    # every link alike: no clear level
+    flat = CostModel(np.ones((8, 8)) - np.eye(8), np.ones((8, 8)) - np.eye(8), Workload(4, 2, 1.0, 1.0))
+    assert fine_level(flat) is None
+
+
+def test_split_runs_deal_equal_vectors_to_two_sub_runs():
+    from solver.rebalance import _split_runs
+
+    vec = np.array([[1, 0, 0, 1], [1, 0, 0, 1], [1, 0, 0, 1], [1, 0, 0, 1], [0, 1, 0, 1],
+                    [0, 1, 1, 0], [0, 1, 1, 0], [0, 1, 1, 0], [0, 1, 1, 0]])
+    for k1 in range(1, 9):
+        for t in _split_runs(vec, k1):
+            assert (t.sum(axis=0) == vec.sum(axis=0)).all() and (t.sum(axis=1) == 2).all()
+            assert (t[:k1] == t[0]).all() and (t[k1:] == t[k1]).all()
+            assert (t != vec).any()
+    # hosts 4 / 5 / 4 / 5 over 4 + 5 groups: the first sub-run takes hosts 0 and 2
+    assert [t.tolist() for t in _split_runs(vec, 4)][0] == [[1, 0, 1, 0]] * 4 + [[0, 1, 0, 1]] * 5
+    assert _split_runs(np.array([[1, 1]] * 3), 1) == []  # already one vector: nothing else deals
+
+
+def test_a_run_whose_pipelines_change_hosts_apart_is_split(monkeypatch):
+    """Two regions of two hosts each (4 and 5 devices); every group holds one device of
+    each region, so each pipeline stays in its region. A descent ends where one pipeline
+    changes host inside the run at another edge than the other (two dear edges), and
+    neither rebalancing nor gathering at the region level moves it; dealt into a sub-run
+    of 4 and one of 5 groups with one host vector each, both pipelines change host at
+    the same edge."""
+    from solver.descent import Effort, descend
+
+    model, host, reg = _regions_of_hosts([4, 5, 4, 5], [0, 0, 1, 1], d_pp=9, d_dp=2, seed=1)
+    rng = np.random.default_rng(1)
+    grid = np.vstack([rng.permutation(np.flatnonzero(reg == 0)), rng.permutation(np.flatnonzero(reg == 1))])
+    state = descend(model, grid, rng, Effort(10**6))
+    grid, before = state.grid, float(state.score)
+    again = descend(model, grid, np.random.default_rng(2), Effort(10**6))
+    assert float(again.score) == before  # a local optimum of the descent
+    regions = [reg.astype(np.int64)]
+    hosts = host.astype(np.int64)
+    import solver.rebalance as rb
+
+    monkeypatch.setattr(rb, "SPLIT", False)
+    assert rebalance(model, grid, regions, before, np.random.default_rng(0), split_labels=hosts) is None
+    monkeypatch.setattr(rb, "SPLIT", True)
+    out = rebalance(model, grid, regions, before, np.random.default_rng(0), split_labels=hosts)
+    assert out is not None
+    new, comm, _ = out
+    assert comm == model.score_grid(new).comm < before - 1.0
+    assert sorted(new.ravel().tolist()) == list(range(model.n))
+    dear = [s for s in range(8) if (host[new[:, s]] != host[new[:, s + 1]]).any()]
+    assert len(dear) == 1  # both pipelines change host at one edge
