@@ -43,7 +43,11 @@ pays one dear edge per change; the same devices dealt into two sub-runs of ``k1`
 ``k - k1`` groups, each with one equal vector (``_split_runs``: per host, a multiple of
 ``k1`` to the first sub-run and of ``k - k1`` to the second, fewest devices moved first),
 change hosts at one edge. On a 10 s result of the 80-GPU 10 x 8 suite instance it moved
-45.44 s to 45.12 s where neither other move found anything.
+45.44 s to 45.12 s where neither other move found anything. Default stop rule (exact),
+against the search without it: draw 0, seeds 0-2, mean of h64-8x8 / h80 / h96 0.5-0.7%
+lower, 16 x 4 1.9% higher; draw 1, seeds 0-1, h48 / h80 / 16 x 4 / h192 all lower (h192
+52.80 -> 50.04 s). At ``--time-limit 10`` on draw 1 (seeds 0-2) h64-8x8 -0.8%, h192
+-1.1%, h96 -0.2%, h80 +0.1% and 16 x 4 +2.6% (its 16-stage scan costs closing time).
 
 Which devices move: a group gives away the surplus devices with the smallest mean
 ``T_dp`` to the segment's other groups (the cheapest to carry elsewhere), and takes,
