@@ -57,8 +57,8 @@ keeps.
 Cost per pass: per level, the ``O(D_PP^2)`` segments are tested on prefix sums of the
 component counts (``O(m)`` each); a rebalanced segment is scored in the current order
 (the ``k + 1`` bottleneck matchings around it and the new groups' DataP), and the TRY
-best of each kind (equal, gathered) are descended for DESCENT_SWEEPS local-search sweeps
-(polish first: exact matchings and order). Gathering scores one more candidate per
+best of each kind (equal, gathered, split) are descended for DESCENT_SWEEPS local-search
+sweeps (polish first: exact matchings and order). Gathering scores one more candidate per
 segment, about doubling the scan (16 x 4 suite grid: 0.3 s -> 0.6-0.7 s a pass).
 Splitting tries, at the fine level only, each segment's ``k - 1`` split points with at
 most SPLIT_MOST count vectors each (a depth-first search over the hosts' admissible
@@ -97,8 +97,8 @@ FINE_SHARE = 2
 FINE_JUMP = 2.0
 #: Most improving rebalances applied in one call.
 MAX_MOVES = 4
-#: Rebalanced segments descended per pass, and as many gathered ones (the best by their
-#: Comm in the current order)...
+#: Rebalanced segments descended per pass, and as many gathered and as many split ones
+#: (the best by their Comm in the current order)...
 TRY = 2
 #: ... each for this many local-search sweeps (N^2 scored swaps each).
 DESCENT_SWEEPS = 1.0
@@ -308,12 +308,12 @@ class _Scorer:
         return data_p + 2.0 * pipe
 
 
-def _splits(model, cols: list[np.ndarray], lab: np.ndarray, scorer: _Scorer, best: float,
-            stop: Callable[[], bool]) -> list[tuple[float, int, list[np.ndarray]]] | None:
-    """Every segment of ``cols`` dealt into two sub-runs of equal vectors at level
-    ``lab`` (``_split_runs``), scored in the current order; those that beat ``best``, as
-    ``(Comm, index, groups)``. None when ``stop()`` said so."""
-    vec = _counts(np.stack(cols, axis=1), lab)
+def _splits(model, grid: np.ndarray, cols: list[np.ndarray], lab: np.ndarray, scorer: _Scorer,
+            best: float, stop: Callable[[], bool]) -> list[tuple[float, int, list[np.ndarray]]] | None:
+    """Every segment of ``grid`` (its groups ``cols``) dealt into two sub-runs of equal
+    vectors at level ``lab`` (``_split_runs``), scored in the current order; those that
+    beat ``best``, as ``(Comm, index, groups)``. None when ``stop()`` said so."""
+    vec = _counts(grid, lab)
     p = len(cols)
     out: list[tuple[float, int, list[np.ndarray]]] = []
     for a in range(p - 1):
@@ -377,7 +377,8 @@ def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: floa
                             comm = scorer.comm(new, a, b)
                             if comm < best - 1e-12 * max(1.0, best):
                                 gathered.append((comm, len(gathered), new))
-        split = [] if split_labels is None or not SPLIT else _splits(model, cols, split_labels, scorer, best, stop)
+        split = ([] if split_labels is None or not SPLIT
+                 else _splits(model, best_grid, cols, split_labels, scorer, best, stop))
         if split is None:
             return (best_grid, best, nfev) if moved else None
         better = None

@@ -149,7 +149,8 @@ def _regions_of_hosts(hosts, regions, d_pp, d_dp, seed=0):
     mats = []
     for inside, region, between in ((0.1, 1.0, 10.0), (0.05, 0.5, 5.0)):
         t = np.where(host[:, None] == host[None, :], inside,
-                     np.where(reg[:, None] == reg[None, :], region, between)) * rng.uniform(0.95, 1.05, (n, n))
+                     np.where(reg[:, None] == reg[None, :], region, between))
+        t = t * rng.uniform(0.95, 1.05, (n, n))
         t = (t + t.T) / 2
         np.fill_diagonal(t, 0)
         mats.append(t)
