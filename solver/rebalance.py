@@ -34,6 +34,22 @@ it (4 x 12: +5.6% -> +1.2%, a basin at +16.5% gone; 16 x 4: +9.2% -> +7.6%); at
 ``--time-limit 30`` on 16 x 4, seeds 0-2, above 35.55 s: +0.5 / +2.7 / -0.4% against
 +3.1 / +7.4 / +9.2%.
 
+Gathering deals each component ``total_c // D_DP`` groups of its own and packs only the
+remainders into mixed groups (dealt largest first, a component whose devices fill whole
+groups was split over two mixed groups whenever a larger one came before it), and the
+dealt groups are then put in the order that crosses components least (``_ordered``:
+equal vectors kept together, every order of at most ORDER_BLOCKS blocks priced with
+``_vector_edge`` on the median link between components, ``level_costs``). A gathered
+run is often worse at first: the region it empties leaves groups whose hosts no longer
+line up. A gathered candidate that does not beat the grid but lies within FOLLOW_SLACK of
+it is therefore polished and followed by one rebalancing move at the fine level (equal,
+anchored, gathered or split over the hosts), and kept if the pair beats the grid. On a
+10 s result of the 64-GPU 16 x 4 suite instance (draw 0, 38.23 s), where the eight GPUs
+of one region sat two a group in four groups beside the leftovers of two others, the
+gathered and ordered run alone scored 43.4 s, and with the host-level move after it
+35.47 s; no single move found anything. Such a pass takes about 1.1 s there against
+0.3 s without the follow-up.
+
 A third move, *splitting*, works at the finest level of near-identical devices (the
 hosts: ``fine_level``). Inside a run of groups that mix coarse components (say two GPUs
 of each of two regions per group, so every pipeline stays on its hosts), an edge is
@@ -95,6 +111,14 @@ SPLIT_NODES = 500
 #: cut where one tree weight is at least FINE_JUMP times the one below it.
 FINE_SHARE = 2
 FINE_JUMP = 2.0
+#: Whether a gathered segment's groups are also put in the order of fewest, cheapest
+#: component changes (``_ordered``), over at most ORDER_BLOCKS distinct vectors.
+ORDER = True
+ORDER_BLOCKS = 5
+#: Whether gathered segments that do not beat the grid yet, but lie within FOLLOW_SLACK
+#: of it, are followed by one rebalancing move at the fine level (``split_labels``).
+FOLLOW = True
+FOLLOW_SLACK = 0.15
 #: Most improving rebalances applied in one call.
 MAX_MOVES = 4
 #: Rebalanced segments descended per pass, and as many gathered and as many split ones
@@ -266,20 +290,96 @@ def _anchored(total: np.ndarray, k: int, anchor: np.ndarray, most: int = 4) -> l
 
 def _gathered(vec: np.ndarray) -> np.ndarray:
     """Per-group component counts for a segment (``vec``: its ``(k, m)`` counts) whose
-    devices are dealt largest component first into whole groups, so at most ``m - 1``
-    groups mix components; each group, those with the largest single-component count
-    first, takes the dealt vector that shares most devices with its own (greedy; ties
-    go to the first dealt). O(k^2 m)."""
+    devices fill whole groups: component c gets ``total_c // D_DP`` groups of its own,
+    and the remainders (``total_c mod D_DP``, largest first) are dealt in turn into the
+    ``sum remainders / D_DP`` mixed groups, so a component whose count fills whole
+    groups is never split and each remainder spans at most two mixed groups; each group,
+    those with the largest single-component count first, takes the dealt vector that
+    shares most devices with its own (greedy; ties go to the first dealt). O(k^2 m)."""
     total = vec.sum(axis=0)
     k, r = vec.shape[0], int(vec[0].sum())
-    order = np.argsort(-total, kind="stable")
-    dealt = np.repeat(order, total[order]).reshape(k, r)
-    pool = [np.bincount(row, minlength=vec.shape[1]) for row in dealt]
+    m = vec.shape[1]
+    pool = [np.bincount([c] * r, minlength=m) for c in range(m) for _ in range(int(total[c]) // r)]
+    rem = total % r
+    order = np.argsort(-rem, kind="stable")
+    dealt = np.repeat(order, rem[order])
+    pool += [np.bincount(row, minlength=m) for row in dealt.reshape(-1, r)]
     out = np.empty_like(vec)
     for j in np.argsort(-vec.max(axis=1), kind="stable"):
         best = max(range(len(pool)), key=lambda t: (int(np.minimum(vec[j], pool[t]).sum()), -t))
         out[j] = pool.pop(best)
     return out
+
+
+def level_costs(t_pp: np.ndarray, lab: np.ndarray) -> np.ndarray:
+    """``(m, m)``: the median ``T_pp`` between the devices of two components (within one
+    component, off the diagonal), the typical price of a pipeline link from one to the
+    other. O(N^2)."""
+    m = int(lab.max()) + 1
+    out = np.zeros((m, m))
+    members = [np.flatnonzero(lab == c) for c in range(m)]
+    for a in range(m):
+        for b in range(m):
+            block = t_pp[np.ix_(members[a], members[b])]
+            if a == b:
+                block = block[~np.eye(len(members[a]), dtype=bool)]
+            out[a, b] = float(np.median(block)) if block.size else 0.0
+    return out
+
+
+def _vector_edge(u: np.ndarray, v: np.ndarray, cost: np.ndarray) -> float:
+    """Bottleneck pipeline edge between two groups known only by their component counts
+    ``u`` and ``v``: the least ``theta`` for which the rows can be paired using only
+    component pairs of ``cost <= theta`` (Hall's condition over the subsets of ``u``'s
+    components: every subset's devices fit in the neighbours' counts). O(2^|supp u| m)
+    per threshold, ``|supp u| * |supp v|`` thresholds."""
+    su, sv = np.flatnonzero(u), np.flatnonzero(v)
+    sub = cost[np.ix_(su, sv)]
+    for theta in np.unique(sub):
+        ok = sub <= theta
+        if all(u[su[[i for i in range(len(su)) if mask >> i & 1]]].sum()
+               <= v[sv[ok[[i for i in range(len(su)) if mask >> i & 1]].any(axis=0)]].sum()
+               for mask in range(1, 1 << len(su))):
+            return float(theta)
+    return float(sub.max())
+
+
+def _ordered(t: np.ndarray, before: np.ndarray | None, after: np.ndarray | None,
+             cost: np.ndarray, cache: dict) -> np.ndarray:
+    """The rows of ``t`` (a segment's target counts) in the order that makes the fewest,
+    cheapest component changes along the pipeline: equal rows kept together as blocks,
+    the blocks' order the cheapest path (``_vector_edge``, through ``cost``) from the
+    group before the segment to the group after it, over every order of at most
+    ORDER_BLOCKS blocks (O(b! b)); ``t`` itself when there are more blocks or when its
+    own order costs no more. Gathering deals whole groups largest component first, and
+    which of them sits next to which neighbour decides how many edges cross components."""
+    from itertools import permutations
+
+    blocks, first = np.unique(t, axis=0, return_index=True)
+    blocks = blocks[np.argsort(first, kind="stable")]
+    b = len(blocks)
+    if b < 2 or b > ORDER_BLOCKS:
+        return t
+
+    def edge(u: np.ndarray, v: np.ndarray) -> float:
+        key = (u.tobytes(), v.tobytes())
+        if key not in cache:
+            cache[key] = _vector_edge(u, v, cost)
+        return cache[key]
+
+    def path_cost(rows) -> float:
+        total = edge(before, rows[0]) if before is not None else 0.0
+        total += sum(edge(x, y) for x, y in zip(rows, rows[1:]))
+        return total + (edge(rows[-1], after) if after is not None else 0.0)
+
+    sizes = [int((t == row).all(axis=1).sum()) for row in blocks]
+    best, best_rows = path_cost(list(t)), None
+    for order in permutations(range(b)):
+        rows = [blocks[i] for i in order for _ in range(sizes[i])]
+        c = path_cost(rows)
+        if c < best - 1e-12:
+            best, best_rows = c, rows
+    return t if best_rows is None else np.array(best_rows)
 
 
 class _Scorer:
@@ -332,24 +432,29 @@ def _splits(model, grid: np.ndarray, cols: list[np.ndarray], lab: np.ndarray, sc
 def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: float,
               rng: np.random.Generator, stop: Callable[[], bool] = lambda: False,
               sweeps: float = DESCENT_SWEEPS,
-              split_labels: np.ndarray | None = None) -> tuple[np.ndarray, float, int] | None:
+              split_labels: np.ndarray | None = None, follow: bool = FOLLOW,
+              moves: int = MAX_MOVES) -> tuple[np.ndarray, float, int] | None:
     """Improving segment rebalances of ``grid`` (Comm ``fun``): per pass, the TRY best
     rebalanced segments, the TRY best gathered ones and the TRY best split ones (at the
     level ``split_labels``, when given) that beat the grid (all scored in the current
     order) are descended briefly, and the best is kept if it beats the current grid.
     ``(grid, Comm, swaps scored)`` or None."""
-    from solver.descent import Effort, descend
+    from solver.descent import Effort, descend, polish
 
+    follow = follow and split_labels is not None
     best_grid, best = grid, fun
     moved, nfev = False, 0
-    for _ in range(MAX_MOVES):
+    for _ in range(moves):
         cols = [best_grid[:, s] for s in range(best_grid.shape[1])]
         p = len(cols)
         found: list[tuple[float, int, list[np.ndarray]]] = []
         gathered: list[tuple[float, int, list[np.ndarray]]] = []
+        near: list[tuple[float, int, list[np.ndarray]]] = []  # gathered, not yet better
         scorer = _Scorer(model, cols)
         for lab in level_labels:
             vec = _counts(best_grid, lab)
+            if ORDER:
+                cost, cache = level_costs(model.t_pp, lab), {}
             pre = np.vstack([np.zeros((1, vec.shape[1]), dtype=np.int64), np.cumsum(vec, axis=0)])
             for a in range(p - 1):
                 for b in range(a + 1, p):
@@ -371,12 +476,17 @@ def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: floa
                         found.append((scorer.comm(new, lo, hi), len(found), new))
                     if GATHER:
                         t = _gathered(vec[a:b + 1])
+                        if ORDER:
+                            t = _ordered(t, vec[a - 1] if a else None, vec[b + 1] if b + 1 < p else None,
+                                         cost, cache)
                         if (t != vec[a:b + 1]).any():
                             mid = _redeal(model.t_dp, cols[a:b + 1], lab, t)
                             new = cols[:a] + mid + cols[b + 1:]
                             comm = scorer.comm(new, a, b)
                             if comm < best - 1e-12 * max(1.0, best):
                                 gathered.append((comm, len(gathered), new))
+                            elif follow and comm < best * (1.0 + FOLLOW_SLACK):
+                                near.append((comm, len(near), new))
         split = ([] if split_labels is None or not SPLIT
                  else _splits(model, best_grid, cols, split_labels, scorer, best, stop))
         if split is None:
@@ -390,6 +500,17 @@ def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: floa
             nfev += effort.nfev
             if state.score < (better[1] if better else best) - 1e-12 * max(1.0, best):
                 better = (state.grid.copy(), float(state.score))
+        for _, _, new in sorted(near, key=first)[:TRY]:  # gathered, then rebalanced finely
+            if stop():
+                break
+            effort = Effort(0, stop)
+            cand = polish(model, np.stack(new, axis=1), effort)
+            out = rebalance(model, cand, [split_labels], model.score_grid(cand).comm, rng, stop,
+                            sweeps, split_labels, follow=False, moves=1)
+            if out is not None:
+                nfev += out[2]
+                if out[1] < (better[1] if better else best) - 1e-12 * max(1.0, best):
+                    better = (out[0].copy(), float(out[1]))
         if better is None:
             break
         best_grid, best = better
