@@ -21,9 +21,8 @@ at one level; the move to (5, 0, 19), (0, 15, 9) x 4 took it from 41.25 s to 37.
 two 80-GPU 10 x 8 layouts it gained 1.2 s and 0.4 s. It roughly doubles the time of a
 rebalancing pass.
 
-The opposite move, *gathering*: a run's devices dealt largest component first into whole
-groups (``_gathered``), so each component fills groups of its own and at most ``m - 1``
-groups mix. Where DataP across components rules Comm, every group of the run must
+The opposite move, *gathering*: a run's devices dealt into whole groups (``_gathered``),
+so each component fills groups of its own and at most ``m - 1`` groups mix. Where DataP across components rules Comm, every group of the run must
 change at once before the largest DataP falls, and each single swap only adds dear
 edges. On the 64-GPU 16 x 4 suite instance two of nine walk results (38.25 s, 39.48 s)
 went to 35.30 s and 36.58 s in one gathering move, where rebalancing found nothing;
@@ -46,9 +45,9 @@ it is therefore polished and followed by one rebalancing move at the fine level 
 anchored, gathered or split over the hosts), and kept if the pair beats the grid. On a
 10 s result of the 64-GPU 16 x 4 suite instance (draw 0, 38.23 s), where the eight GPUs
 of one region sat two a group in four groups beside the leftovers of two others, the
-gathered and ordered run alone scored 43.4 s, and with the host-level move after it
-35.47 s; no single move found anything. Such a pass takes about 1.1 s there against
-0.3 s without the follow-up.
+gathered and ordered run alone scored 40.4 s (in the current order, exact matchings:
+6% worse), and with the host-level move after it 35.47 s; no single move found
+anything. That call took 1.1 s against 0.3 s without the follow-up.
 
 A third move, *splitting*, works at the finest level of near-identical devices (the
 hosts: ``fine_level``). Inside a run of groups that mix coarse components (say two GPUs
@@ -119,6 +118,8 @@ ORDER_BLOCKS = 5
 #: of it, are followed by one rebalancing move at the fine level (``split_labels``).
 FOLLOW = True
 FOLLOW_SLACK = 0.15
+#: Most components on the smaller side of a vector edge checked by Hall's condition.
+HALL_MOST = 8
 #: Most improving rebalances applied in one call.
 MAX_MOVES = 4
 #: Rebalanced segments descended per pass, and as many gathered and as many split ones
@@ -330,16 +331,20 @@ def level_costs(t_pp: np.ndarray, lab: np.ndarray) -> np.ndarray:
 def _vector_edge(u: np.ndarray, v: np.ndarray, cost: np.ndarray) -> float:
     """Bottleneck pipeline edge between two groups known only by their component counts
     ``u`` and ``v``: the least ``theta`` for which the rows can be paired using only
-    component pairs of ``cost <= theta`` (Hall's condition over the subsets of ``u``'s
-    components: every subset's devices fit in the neighbours' counts). O(2^|supp u| m)
-    per threshold, ``|supp u| * |supp v|`` thresholds."""
+    component pairs of ``cost <= theta``. By Hall's condition over the subsets of the
+    side with fewer components (every subset's devices fit in its neighbours' counts):
+    O(2^s m) per threshold, ``|supp u| |supp v|`` thresholds, for ``s`` up to
+    HALL_MOST; beyond, the bottleneck matching of the expanded ``D_DP x D_DP`` matrix."""
+    if np.count_nonzero(v) < np.count_nonzero(u):
+        u, v, cost = v, u, cost.T
     su, sv = np.flatnonzero(u), np.flatnonzero(v)
     sub = cost[np.ix_(su, sv)]
+    if len(su) > HALL_MOST:
+        return float(bottleneck_matching(cost[np.ix_(np.repeat(su, u[su]), np.repeat(sv, v[sv]))])[0])
+    subsets = [[i for i in range(len(su)) if mask >> i & 1] for mask in range(1, 1 << len(su))]
     for theta in np.unique(sub):
         ok = sub <= theta
-        if all(u[su[[i for i in range(len(su)) if mask >> i & 1]]].sum()
-               <= v[sv[ok[[i for i in range(len(su)) if mask >> i & 1]].any(axis=0)]].sum()
-               for mask in range(1, 1 << len(su))):
+        if all(u[su[s]].sum() <= v[sv[ok[s].any(axis=0)]].sum() for s in subsets):
             return float(theta)
     return float(sub.max())
 
@@ -437,13 +442,17 @@ def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: floa
     """Improving segment rebalances of ``grid`` (Comm ``fun``): per pass, the TRY best
     rebalanced segments, the TRY best gathered ones and the TRY best split ones (at the
     level ``split_labels``, when given) that beat the grid (all scored in the current
-    order) are descended briefly, and the best is kept if it beats the current grid.
-    ``(grid, Comm, swaps scored)`` or None."""
+    order) are descended briefly; with ``follow``, the TRY best gathered ones that do
+    not beat it but lie within FOLLOW_SLACK are polished and given one move of this
+    function at the level ``split_labels`` (without a follow of its own). The best is
+    kept if it beats the current grid. ``(grid, Comm, swaps scored)`` or None."""
     from solver.descent import Effort, descend, polish
 
     follow = follow and split_labels is not None
     best_grid, best = grid, fun
     moved, nfev = False, 0
+    # per level: the component costs and the vector edges priced so far (``_ordered``)
+    priced = [(level_costs(model.t_pp, lab), {}) if GATHER and ORDER else None for lab in level_labels]
     for _ in range(moves):
         cols = [best_grid[:, s] for s in range(best_grid.shape[1])]
         p = len(cols)
@@ -451,10 +460,8 @@ def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: floa
         gathered: list[tuple[float, int, list[np.ndarray]]] = []
         near: list[tuple[float, int, list[np.ndarray]]] = []  # gathered, not yet better
         scorer = _Scorer(model, cols)
-        for lab in level_labels:
+        for lab, costs in zip(level_labels, priced):
             vec = _counts(best_grid, lab)
-            if ORDER:
-                cost, cache = level_costs(model.t_pp, lab), {}
             pre = np.vstack([np.zeros((1, vec.shape[1]), dtype=np.int64), np.cumsum(vec, axis=0)])
             for a in range(p - 1):
                 for b in range(a + 1, p):
@@ -476,9 +483,9 @@ def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: floa
                         found.append((scorer.comm(new, lo, hi), len(found), new))
                     if GATHER:
                         t = _gathered(vec[a:b + 1])
-                        if ORDER:
+                        if costs is not None:
                             t = _ordered(t, vec[a - 1] if a else None, vec[b + 1] if b + 1 < p else None,
-                                         cost, cache)
+                                         *costs)
                         if (t != vec[a:b + 1]).any():
                             mid = _redeal(model.t_dp, cols[a:b + 1], lab, t)
                             new = cols[:a] + mid + cols[b + 1:]

@@ -278,3 +278,21 @@ def test_a_gathered_run_is_followed_by_a_fine_rebalance(monkeypatch):
     new, comm, _ = out
     assert comm == model.score_grid(new).comm < before - 2.0
     assert sorted(new.ravel().tolist()) == list(range(64))
+
+
+def test_vector_edges_agree_with_the_expanded_matching(monkeypatch):
+    import solver.rebalance as rb
+    from solver.matching import bottleneck_matching
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        m, r = int(rng.integers(2, 7)), int(rng.integers(2, 9))
+        cost = rng.uniform(0, 1, (m, m))
+        u = np.bincount(rng.integers(0, m, r), minlength=m)
+        v = np.bincount(rng.integers(0, m, r), minlength=m)
+        full = cost[np.ix_(np.repeat(np.arange(m), u), np.repeat(np.arange(m), v))]
+        want = bottleneck_matching(full)[0]
+        assert rb._vector_edge(u, v, cost) == want
+        monkeypatch.setattr(rb, "HALL_MOST", 0)
+        assert rb._vector_edge(u, v, cost) == want
+        monkeypatch.setattr(rb, "HALL_MOST", 8)
