@@ -34,20 +34,22 @@ it (4 x 12: +5.6% -> +1.2%, a basin at +16.5% gone; 16 x 4: +9.2% -> +7.6%); at
 +3.1 / +7.4 / +9.2%.
 
 Gathering deals each component ``total_c // D_DP`` groups of its own and packs only the
-remainders into mixed groups (dealt largest first, a component whose devices fill whole
-groups was split over two mixed groups whenever a larger one came before it), and the
-dealt groups are then put in the order that crosses components least (``_ordered``:
-equal vectors kept together, every order of at most ORDER_BLOCKS blocks priced with
-``_vector_edge`` on the median link between components, ``level_costs``). A gathered
-run is often worse at first: the region it empties leaves groups whose hosts no longer
-line up. A gathered candidate that does not beat the grid but lies within FOLLOW_SLACK of
-it is therefore polished and followed by one rebalancing move at the fine level (equal,
+remainders into mixed groups, largest first (dealing whole components largest first
+would split a component that fills whole groups over two mixed groups whenever a larger
+one comes before it). A gathered run is often worse at first: the region it empties
+leaves groups whose hosts no longer line up. A gathered candidate that does not beat
+the grid but lies within FOLLOW_SLACK of it is therefore polished (exact matchings and
+pipeline order) and followed by one rebalancing move at the fine level (equal,
 anchored, gathered or split over the hosts), and kept if the pair beats the grid. On a
 10 s result of the 64-GPU 16 x 4 suite instance (draw 0, 38.23 s), where the eight GPUs
 of one region sat two a group in four groups beside the leftovers of two others, the
-gathered and ordered run alone scored 40.4 s (in the current order, exact matchings:
-6% worse), and with the host-level move after it 35.47 s; no single move found
-anything. That call took 1.1 s against 0.3 s without the follow-up.
+gathered run scored 40.4 s in the current order (exact matchings), and with the
+polish and the host-level move after it 35.12 s; no single move found anything. That
+call took 0.9 s against 0.3 s without the follow-up (a slack of 15% lets more
+candidates through; this one was 6% worse). Putting the gathered groups in the order of
+the cheapest component changes before scoring them was tried and dropped: on five 10 s
+layouts (16 x 4 and 10 x 8) it found nothing more (35.47 against 35.12 s on the one
+above) and took 20-45% longer.
 
 A third move, *splitting*, works at the finest level of near-identical devices (the
 hosts: ``fine_level``). Inside a run of groups that mix coarse components (say two GPUs
@@ -110,16 +112,12 @@ SPLIT_NODES = 500
 #: cut where one tree weight is at least FINE_JUMP times the one below it.
 FINE_SHARE = 2
 FINE_JUMP = 2.0
-#: Whether a gathered segment's groups are also put in the order of fewest, cheapest
-#: component changes (``_ordered``), over at most ORDER_BLOCKS distinct vectors.
-ORDER = True
-ORDER_BLOCKS = 5
 #: Whether gathered segments that do not beat the grid yet, but lie within FOLLOW_SLACK
 #: of it, are followed by one rebalancing move at the fine level (``split_labels``).
 FOLLOW = True
 FOLLOW_SLACK = 0.15
-#: Most components on the smaller side of a vector edge checked by Hall's condition.
-HALL_MOST = 8
+#: Gathered segments followed per pass (the best by their Comm in the current order).
+FOLLOW_TRY = 2
 #: Most improving rebalances applied in one call.
 MAX_MOVES = 4
 #: Rebalanced segments descended per pass, and as many gathered and as many split ones
@@ -312,81 +310,6 @@ def _gathered(vec: np.ndarray) -> np.ndarray:
     return out
 
 
-def level_costs(t_pp: np.ndarray, lab: np.ndarray) -> np.ndarray:
-    """``(m, m)``: the median ``T_pp`` between the devices of two components (within one
-    component, off the diagonal), the typical price of a pipeline link from one to the
-    other. O(N^2)."""
-    m = int(lab.max()) + 1
-    out = np.zeros((m, m))
-    members = [np.flatnonzero(lab == c) for c in range(m)]
-    for a in range(m):
-        for b in range(m):
-            block = t_pp[np.ix_(members[a], members[b])]
-            if a == b:
-                block = block[~np.eye(len(members[a]), dtype=bool)]
-            out[a, b] = float(np.median(block)) if block.size else 0.0
-    return out
-
-
-def _vector_edge(u: np.ndarray, v: np.ndarray, cost: np.ndarray) -> float:
-    """Bottleneck pipeline edge between two groups known only by their component counts
-    ``u`` and ``v``: the least ``theta`` for which the rows can be paired using only
-    component pairs of ``cost <= theta``. By Hall's condition over the subsets of the
-    side with fewer components (every subset's devices fit in its neighbours' counts):
-    O(2^s m) per threshold, ``|supp u| |supp v|`` thresholds, for ``s`` up to
-    HALL_MOST; beyond, the bottleneck matching of the expanded ``D_DP x D_DP`` matrix."""
-    if np.count_nonzero(v) < np.count_nonzero(u):
-        u, v, cost = v, u, cost.T
-    su, sv = np.flatnonzero(u), np.flatnonzero(v)
-    sub = cost[np.ix_(su, sv)]
-    if len(su) > HALL_MOST:
-        return float(bottleneck_matching(cost[np.ix_(np.repeat(su, u[su]), np.repeat(sv, v[sv]))])[0])
-    subsets = [[i for i in range(len(su)) if mask >> i & 1] for mask in range(1, 1 << len(su))]
-    for theta in np.unique(sub):
-        ok = sub <= theta
-        if all(u[su[s]].sum() <= v[sv[ok[s].any(axis=0)]].sum() for s in subsets):
-            return float(theta)
-    return float(sub.max())
-
-
-def _ordered(t: np.ndarray, before: np.ndarray | None, after: np.ndarray | None,
-             cost: np.ndarray, cache: dict) -> np.ndarray:
-    """The rows of ``t`` (a segment's target counts) in the order that makes the fewest,
-    cheapest component changes along the pipeline: equal rows kept together as blocks,
-    the blocks' order the cheapest path (``_vector_edge``, through ``cost``) from the
-    group before the segment to the group after it, over every order of at most
-    ORDER_BLOCKS blocks (O(b! b)); ``t`` itself when there are more blocks or when its
-    own order costs no more. Gathering deals whole groups largest component first, and
-    which of them sits next to which neighbour decides how many edges cross components."""
-    from itertools import permutations
-
-    blocks, first = np.unique(t, axis=0, return_index=True)
-    blocks = blocks[np.argsort(first, kind="stable")]
-    b = len(blocks)
-    if b < 2 or b > ORDER_BLOCKS:
-        return t
-
-    def edge(u: np.ndarray, v: np.ndarray) -> float:
-        key = (u.tobytes(), v.tobytes())
-        if key not in cache:
-            cache[key] = _vector_edge(u, v, cost)
-        return cache[key]
-
-    def path_cost(rows) -> float:
-        total = edge(before, rows[0]) if before is not None else 0.0
-        total += sum(edge(x, y) for x, y in zip(rows, rows[1:]))
-        return total + (edge(rows[-1], after) if after is not None else 0.0)
-
-    sizes = [int((t == row).all(axis=1).sum()) for row in blocks]
-    best, best_rows = path_cost(list(t)), None
-    for order in permutations(range(b)):
-        rows = [blocks[i] for i in order for _ in range(sizes[i])]
-        c = path_cost(rows)
-        if c < best - 1e-12:
-            best, best_rows = c, rows
-    return t if best_rows is None else np.array(best_rows)
-
-
 class _Scorer:
     """Comm of the groups with groups ``a .. b`` replaced, in the current order and with
     exact matchings: only the new groups' DataP and the edges ``a - 1 .. b`` are
@@ -437,22 +360,21 @@ def _splits(model, grid: np.ndarray, cols: list[np.ndarray], lab: np.ndarray, sc
 def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: float,
               rng: np.random.Generator, stop: Callable[[], bool] = lambda: False,
               sweeps: float = DESCENT_SWEEPS,
-              split_labels: np.ndarray | None = None, follow: bool = FOLLOW,
+              split_labels: np.ndarray | None = None, follow: bool | None = None,
               moves: int = MAX_MOVES) -> tuple[np.ndarray, float, int] | None:
     """Improving segment rebalances of ``grid`` (Comm ``fun``): per pass, the TRY best
     rebalanced segments, the TRY best gathered ones and the TRY best split ones (at the
     level ``split_labels``, when given) that beat the grid (all scored in the current
-    order) are descended briefly; with ``follow``, the TRY best gathered ones that do
-    not beat it but lie within FOLLOW_SLACK are polished and given one move of this
-    function at the level ``split_labels`` (without a follow of its own). The best is
+    order) are descended briefly; with ``follow`` (default FOLLOW), the FOLLOW_TRY best
+    gathered ones that do not beat it but lie within FOLLOW_SLACK are polished and given
+    one move of this function at the level ``split_labels`` (without a follow of its
+    own). The best is
     kept if it beats the current grid. ``(grid, Comm, swaps scored)`` or None."""
     from solver.descent import Effort, descend, polish
 
-    follow = follow and split_labels is not None
+    follow = (FOLLOW if follow is None else follow) and split_labels is not None
     best_grid, best = grid, fun
     moved, nfev = False, 0
-    # per level: the component costs and the vector edges priced so far (``_ordered``)
-    priced = [(level_costs(model.t_pp, lab), {}) if GATHER and ORDER else None for lab in level_labels]
     for _ in range(moves):
         cols = [best_grid[:, s] for s in range(best_grid.shape[1])]
         p = len(cols)
@@ -460,7 +382,7 @@ def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: floa
         gathered: list[tuple[float, int, list[np.ndarray]]] = []
         near: list[tuple[float, int, list[np.ndarray]]] = []  # gathered, not yet better
         scorer = _Scorer(model, cols)
-        for lab, costs in zip(level_labels, priced):
+        for lab in level_labels:
             vec = _counts(best_grid, lab)
             pre = np.vstack([np.zeros((1, vec.shape[1]), dtype=np.int64), np.cumsum(vec, axis=0)])
             for a in range(p - 1):
@@ -483,9 +405,6 @@ def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: floa
                         found.append((scorer.comm(new, lo, hi), len(found), new))
                     if GATHER:
                         t = _gathered(vec[a:b + 1])
-                        if costs is not None:
-                            t = _ordered(t, vec[a - 1] if a else None, vec[b + 1] if b + 1 < p else None,
-                                         *costs)
                         if (t != vec[a:b + 1]).any():
                             mid = _redeal(model.t_dp, cols[a:b + 1], lab, t)
                             new = cols[:a] + mid + cols[b + 1:]
@@ -507,17 +426,18 @@ def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: floa
             nfev += effort.nfev
             if state.score < (better[1] if better else best) - 1e-12 * max(1.0, best):
                 better = (state.grid.copy(), float(state.score))
-        for _, _, new in sorted(near, key=first)[:TRY]:  # gathered, then rebalanced finely
+        for _, _, new in sorted(near, key=first)[:FOLLOW_TRY]:  # gathered, then a fine move
             if stop():
                 break
             effort = Effort(0, stop)
             cand = polish(model, np.stack(new, axis=1), effort)
-            out = rebalance(model, cand, [split_labels], model.score_grid(cand).comm, rng, stop,
-                            sweeps, split_labels, follow=False, moves=1)
-            if out is not None:
-                nfev += out[2]
-                if out[1] < (better[1] if better else best) - 1e-12 * max(1.0, best):
-                    better = (out[0].copy(), float(out[1]))
+            nfev += effort.nfev
+            comm = model.score_grid(cand).comm
+            out = rebalance(model, cand, [split_labels], comm, rng, stop, sweeps, split_labels,
+                            follow=False, moves=1) or (cand, comm, 0)
+            nfev += out[2]
+            if out[1] < (better[1] if better else best) - 1e-12 * max(1.0, best):
+                better = (out[0].copy(), float(out[1]))
         if better is None:
             break
         best_grid, best = better
