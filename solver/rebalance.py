@@ -22,8 +22,8 @@ two 80-GPU 10 x 8 layouts it gained 1.2 s and 0.4 s. It roughly doubles the time
 rebalancing pass.
 
 The opposite move, *gathering*: a run's devices dealt into whole groups (``_gathered``),
-so each component fills groups of its own and at most ``m - 1`` groups mix. Where DataP across components rules Comm, every group of the run must
-change at once before the largest DataP falls, and each single swap only adds dear
+so each component fills groups of its own and at most ``m - 1`` groups mix. Where DataP
+across components rules Comm, every group of the run must change at once before the largest DataP falls, and each single swap only adds dear
 edges. On the 64-GPU 16 x 4 suite instance two of nine walk results (38.25 s, 39.48 s)
 went to 35.30 s and 36.58 s in one gathering move, where rebalancing found nothing;
 35.30 s is below every earlier run's best (35.55 s). A gathered run is descended only
@@ -368,8 +368,7 @@ def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: floa
     order) are descended briefly; with ``follow`` (default FOLLOW), the FOLLOW_TRY best
     gathered ones that do not beat it but lie within FOLLOW_SLACK are polished and given
     one move of this function at the level ``split_labels`` (without a follow of its
-    own). The best is
-    kept if it beats the current grid. ``(grid, Comm, swaps scored)`` or None."""
+    own). The best is kept if it beats the current grid. ``(grid, Comm, swaps scored)`` or None."""
     from solver.descent import Effort, descend, polish
 
     follow = (FOLLOW if follow is None else follow) and split_labels is not None

@@ -30,15 +30,15 @@ def _sites(sizes, d_pp, d_dp, pp=(0.1, 1.0), dp=(0.05, 5.0), seed=0):
     return CostModel(mats[0], mats[1], Workload(d_pp, d_dp, 1.0, 1.0)), site
 
 
-def _only_with(monkeypatch, flag, model, grid, lv, before):
-    """``rebalance`` finds nothing with ``flag`` off and an improvement with it on;
-    returns the improved ``(grid, Comm)`` (checked against a rescoring)."""
+def _only_with(monkeypatch, flag, model, grid, lv, before, **kw):
+    """``rebalance`` (with ``kw``) finds nothing with ``flag`` off and an improvement with
+    it on; returns the improved ``(grid, Comm)`` (checked against a rescoring)."""
     import solver.rebalance as rb
 
     monkeypatch.setattr(rb, flag, False)
-    assert rebalance(model, grid, lv, before, np.random.default_rng(0)) is None
+    assert rebalance(model, grid, lv, before, np.random.default_rng(0), **kw) is None
     monkeypatch.setattr(rb, flag, True)
-    out = rebalance(model, grid, lv, before, np.random.default_rng(0))
+    out = rebalance(model, grid, lv, before, np.random.default_rng(0), **kw)
     assert out is not None
     new, comm, _ = out
     assert comm == model.score_grid(new).comm < before
@@ -201,16 +201,9 @@ def test_a_run_whose_pipelines_change_hosts_apart_is_split(monkeypatch):
     again = descend(model, grid, np.random.default_rng(2), Effort(10**6))
     assert float(again.score) == before  # a local optimum of the descent
     regions = [reg.astype(np.int64)]
-    hosts = host.astype(np.int64)
-    import solver.rebalance as rb
-
-    monkeypatch.setattr(rb, "SPLIT", False)
-    assert rebalance(model, grid, regions, before, np.random.default_rng(0), split_labels=hosts) is None
-    monkeypatch.setattr(rb, "SPLIT", True)
-    out = rebalance(model, grid, regions, before, np.random.default_rng(0), split_labels=hosts)
-    assert out is not None
-    new, comm, _ = out
-    assert comm == model.score_grid(new).comm < before - 1.0
+    new, comm = _only_with(monkeypatch, "SPLIT", model, grid, regions, before,
+                           split_labels=host.astype(np.int64))
+    assert comm < before - 1.0
     assert sorted(new.ravel().tolist()) == list(range(model.n))
     dear = [s for s in range(8) if (host[new[:, s]] != host[new[:, s + 1]]).any()]
     assert len(dear) == 1  # both pipelines change host at one edge
@@ -246,19 +239,13 @@ def test_a_gathered_run_is_followed_by_a_fine_rebalance(monkeypatch):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from hierarchical import suite_instance
 
-    import solver.rebalance as rb
+    from solver.rebalance import fine_level
 
     _, model = suite_instance("h64-16x4", 0)
     grid = np.array(SPREAD_16X4)
     before = model.score_grid(grid).comm
     assert 38.0 < before < 38.5
-    lv, fine = rb.levels(model), rb.fine_level(model)
-    monkeypatch.setattr(rb, "FOLLOW", False)
-    assert rebalance(model, grid, lv, before, np.random.default_rng(0), split_labels=fine) is None
-    monkeypatch.setattr(rb, "FOLLOW", True)
-    out = rebalance(model, grid, lv, before, np.random.default_rng(0), split_labels=fine)
-    assert out is not None
-    new, comm, _ = out
-    assert comm == model.score_grid(new).comm < before - 2.0
+    new, comm = _only_with(monkeypatch, "FOLLOW", model, grid, levels(model), before,
+                           split_labels=fine_level(model))
+    assert comm < before - 2.0
     assert sorted(new.ravel().tolist()) == list(range(64))
-
