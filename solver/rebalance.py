@@ -23,9 +23,9 @@ rebalancing pass.
 
 The opposite move, *gathering*: a run's devices dealt into whole groups (``_gathered``),
 so each component fills groups of its own and at most ``m - 1`` groups mix. Where DataP
-across components rules Comm, every group of the run must change at once before the largest DataP falls, and each single swap only adds dear
-edges. On the 64-GPU 16 x 4 suite instance two of nine walk results (38.25 s, 39.48 s)
-went to 35.30 s and 36.58 s in one gathering move, where rebalancing found nothing;
+across components rules Comm, every group of the run must change at once before the
+largest DataP falls, and each single swap only adds dear edges. On the 64-GPU 16 x 4
+suite instance two of nine walk results (38.25 s, 39.48 s) went to 35.30 s and 36.58 s in one gathering move, where rebalancing found nothing;
 35.30 s is below every earlier run's best (35.55 s). A gathered run is descended only
 when it already beats the grid in the current order. Default stop rule, seeds 0-3 on
 the seven suite instances: mean +2.98% above the best known without it, +2.06% with
