@@ -52,6 +52,7 @@ from typing import Callable
 import numpy as np
 
 from solver.descent import Effort, descend
+from solver import exclusion
 from solver.rebalance import fine_level, levels, rebalance, signature
 from solver.tempering import Ladder
 
@@ -74,6 +75,13 @@ DESCENT_MAX = 2_000_000
 CLOSING_FADE = 0.7
 #: Most devices for a full closing descent; above, the walk's best is only polished.
 DESCENT_FULL_N = 512
+#: Whether odd-numbered workers explore (``explore``) while the elite is bound by DataP.
+EXPLORE = True
+#: What one candidate of an exploring walk counts against a walk's budget of scored
+#: swaps, in sweeps of N^2: about its time (0.4-2 s at 192 devices) in ladder proposals
+#: (0.15 us each), so the default stop rule's walks take about as long as tempering
+#: ones (3 candidates a walk at 192 devices). Under a time limit the clock decides.
+EXPLORE_SWEEPS = 200
 
 
 @dataclass(eq=False)
@@ -103,14 +111,21 @@ def temper_walk(n: int) -> int:
 
 def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort: Effort,
            memory: dict, *, seed, clock: Callable[[], float], cancel: Callable[[], bool],
-           on_best: Callable[[float], None] = lambda f: None, strategy_prefix: str = "") -> Walk:
+           on_best: Callable[[float], None] = lambda f: None, strategy_prefix: str = "",
+           explorer: bool = False) -> Walk:
     """One walk of parallel tempering (solver.tempering) that goes on where the last ended.
 
     ``memory`` keeps the worker's ladder between walks (its chains and random stream,
     seeded by ``seed``); an elite ``grid`` better than the ladder's best enters its
     coldest chain. The ladder runs for the walk's budget (``CHAINS`` scored swaps a
     step); its best is then descended (exact matchings, order, partition swaps) and the
-    descended grid goes back into the coldest chain."""
+    descended grid goes back into the coldest chain. An ``explorer`` first tries an
+    exploring walk (``explore``) and tempers only when that declines."""
+    if explorer and EXPLORE:
+        walk = explore(model, grid, fun, rng, effort, memory, clock=clock, cancel=cancel,
+                       on_best=on_best, strategy_prefix=strategy_prefix)
+        if walk is not None:
+            return walk
     ladder = memory.get("ladder")
     if ladder is None:
         ladder = memory["ladder"] = Ladder(model, grid, np.random.default_rng(seed))
@@ -172,3 +187,62 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     memory["closing_s"] = max(clock() - closing_from, CLOSING_FADE * memory.get("closing_s", 0.0))
     return Walk(best_grid, best, strategy, effort.nfev - start_nfev, effort.nit - start_nit,
                 done, trace)
+
+
+
+
+def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort: Effort,
+            memory: dict, *, clock: Callable[[], float], cancel: Callable[[], bool],
+            on_best: Callable[[float], None] = lambda f: None, strategy_prefix: str = "") -> Walk | None:
+    """An explorer's walk: whole-grid redeals (solver.exclusion) of the elite, one after
+    another, each from the best so far, until the walk's budget or clock ends. The
+    candidates of a grid are taken in turn, confinements first, each list from a
+    per-worker offset (its seeded stream, one further for each new elite), and again
+    from the first after each improvement; a walk from the grid the last walk ended
+    on goes on where it stopped. None (the caller tempers instead) when the elite's DataP is
+    below EXCLUDE_SHARE of its Comm, N exceeds DESCENT_FULL_N, there is no candidate,
+    or every candidate of this very elite already failed."""
+    score = model.score_grid(grid)
+    if model.n > DESCENT_FULL_N or score.data_p < exclusion.EXCLUDE_SHARE * score.comm:
+        return None
+    key = grid.tobytes()
+    if memory.get("explored") == key:
+        return None
+    if "levels" not in memory:
+        memory["levels"], memory["fine"] = levels(model), fine_level(model)
+    if "offset" not in memory:
+        memory["offset"] = int(rng.integers(1 << 30))
+    at = memory.get("exploring")
+    fails = at[1] if at is not None and at[0] == key else 0  # go on where the last walk ended
+    if not fails:
+        memory["offset"] += 1
+    best_grid, best = grid.copy(), fun
+    start_nfev, strategy, trace, tried = effort.nfev, "", [], 0
+
+    def listed(g: np.ndarray) -> list:
+        return exclusion.candidates(model, g, memory["levels"], memory["fine"], memory["offset"])
+
+    cands = listed(best_grid)
+    # without a clock, a walk tries as many as its budget buys at EXPLORE_SWEEPS each
+    most = max(1, (effort.budget - effort.nfev) // max(1, int(EXPLORE_SWEEPS * model.n * model.n)))
+    while cands and tried < most and not effort.should_stop():
+        if fails >= len(cands):
+            memory["explored"] = best_grid.tobytes()
+            break
+        g, comm, nfev = exclusion.redeal(model, best_grid, cands[fails], memory["levels"], rng,
+                                         stop=cancel, split_labels=memory["fine"])
+        effort.nfev += nfev
+        tried += 1
+        if comm < best - 1e-12 * max(1.0, best):
+            best, best_grid, fails = comm, g, 0
+            strategy = f"{strategy_prefix}exclusion, then segment rebalance"
+            trace.append((clock(), best))
+            on_best(best)
+            cands = listed(best_grid)
+        else:
+            fails += 1
+    memory["exploring"] = (best_grid.tobytes(), fails)
+    if tried == 0:
+        return None
+    memory["closing_s"] = 0.0  # no ladder, no closing: the next walk uses its whole round
+    return Walk(best_grid, best, strategy, effort.nfev - start_nfev, 0, 0, trace)

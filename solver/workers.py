@@ -153,7 +153,8 @@ def _one_walk(model, index, k, grid, fun, plan: Rounds, stop, on_best, memory: d
         return stop() or (late is not None and clock() >= late)
 
     return temper(model, grid, fun, rng, effort, memory, seed=[plan.seed, index], clock=clock,
-                  cancel=cancel, on_best=on_best, strategy_prefix=f"worker {index}: ")
+                  cancel=cancel, on_best=on_best, strategy_prefix=f"worker {index}: ",
+                  explorer=index % 2 == 1)
 
 
 def _orphan_check(every: int = 256) -> Callable[[], bool]:

@@ -1,0 +1,189 @@
+"""Whole-grid redeals for layouts bound by DataP: confinement and exclusion.
+
+When DataP rules Comm and every stage group holds a device of the same dear hosts (a
+host behind a slow NIC pays its slow link to every peer off the host), every group
+has about the same DataP: a swap that lowers one group's leaves the others, so Comm
+sits on a plateau that local moves, the ladder and the segment moves of
+solver.rebalance (which change a run of groups towards equal or whole-component
+vectors) do not leave. The way out changes every group at once:
+
+- *Confinement*: the devices of the *critical hosts* (hosts holding a device whose
+  peer sum is at least CONFINE_SHARE of DataP; together fewer than half the devices)
+  are taken out of their component at a coarse level (solver.rebalance.levels) and
+  dealt into ``k1 = 1 .. CONFINE_GROUPS`` consecutive groups at one end of the
+  pipeline, ``floor`` or ``ceil`` of ``z / k1`` each (``z`` of them in all).
+- *Exclusion*: one component ``c`` of a coarse level (a region) is dealt into ``k1``
+  consecutive groups at one end, ``z_c / k1`` each (``k1`` divides ``z_c``), and is
+  absent from the other groups.
+
+In both, each of the ``k1`` groups fills its other places in proportion to the other
+components' totals, and the other ``D_PP - k1`` groups share what is left as equally
+as it goes (largest remainders, ``_concentrated``). The grid is redealt to those counts
+(solver.rebalance._redeal: surplus devices cheapest to carry elsewhere leave, the
+takers choose the cheapest to keep), descended for EXCLUDE_SWEEPS local-search sweeps
+and rebalanced (solver.rebalance.rebalance, every level and the hosts' splits), which
+rebuilds the pipeline runs around the new groups. A redealt grid scores far worse at
+first (60-95 s against 53 s), so no score of the redeal ranks the candidates; they
+are tried in turn (``candidates``: confinements first).
+
+Measured on the SYNTHETIC hierarchical suite (benchmarks/), draw 1, 192-GPU 8 x 24
+instance, whose 10 s layouts (52.6-52.9 s) hold one device of each of three slow-NIC
+hosts in every group (DataP 42.7 of 52.9): from two such layouts, each candidate once,
+the 18 confinements improved 4-5 times (best 48.1 and 49.0 s), the 30 exclusions once
+or twice (45.1 s once, 50.7 s). A layout of 45.93 s found once in 30 s keeps those
+hosts in two groups, which exclude the region farthest from them.
+
+Cost: ``O(L m D_PP)`` candidate targets (``L`` levels of ``m`` components), each
+``O(D_PP m)`` to build; trying one costs a redeal (``O(N D_DP)`` array work), the
+descent (at most EXCLUDE_SWEEPS ``N^2`` scored swaps) and a rebalancing call: 0.4-2 s
+at 192 devices.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from solver.rebalance import _counts, _redeal, rebalance
+
+#: Local-search sweeps (N^2 scored swaps each) that descend a redealt grid.
+EXCLUDE_SWEEPS = 2.0
+#: Explorers (solver.anytime.explore) act only on grids whose DataP is at least this
+#: share of Comm. On the suite's 10 s layouts: 0.78-0.81 on the draw-1 8 x 24 instance,
+#: 0.23-0.56 on the others.
+EXCLUDE_SHARE = 0.7
+#: A host is critical when one of its devices has a peer sum of at least this share of
+#: DataP; confinements deal the critical hosts' devices into 1 .. CONFINE_GROUPS groups.
+CONFINE_SHARE = 0.9
+CONFINE_GROUPS = 3
+
+
+class Candidate(NamedTuple):
+    """A whole-grid redeal: ``targets[j]`` devices of each component of ``labels`` (a
+    level's, or one with the critical hosts as one more component) for group ``j``."""
+
+    kind: str  #: "confinement" or "exclusion"
+    labels: np.ndarray
+    targets: np.ndarray
+
+
+def _near_equal(left: np.ndarray, q: int, r: int) -> np.ndarray | None:
+    """``(q, m)`` counts with column sums ``left``, each row summing to ``r``, columns as
+    equal as they go (each group short of places takes the largest remainders in
+    turn); None when the rows cannot all reach ``r``."""
+    rows = np.tile(left // q, (q, 1))
+    need = r - rows.sum(axis=1)
+    for i in np.argsort(-(left % q), kind="stable"):
+        for _ in range(int(left[i] % q)):
+            j = int(np.argmax(need))
+            rows[j, i] += 1
+            need[j] -= 1
+    return None if need.any() else rows
+
+
+def _concentrated(vec: np.ndarray, c: int, sizes: list[int], first: bool) -> np.ndarray | None:
+    """Counts for the whole grid (``vec``: its ``(p, m)`` counts) with component ``c``
+    in ``k1 = len(sizes)`` consecutive groups at one end (``first``: the first ``k1``),
+    ``sizes[j]`` in the ``j``-th of them and none elsewhere. Each of those groups fills
+    its other places in proportion to the other components' totals (largest
+    remainder), the other ``p - k1`` groups share the rest (``_near_equal``). None when
+    that is not possible or changes nothing. O(p m)."""
+    p, m = vec.shape
+    k1 = len(sizes)
+    r = int(vec[0].sum())
+    total = vec.sum(axis=0)
+    others = np.delete(np.arange(m), c)
+    rest = total[others]
+    if k1 >= p or sum(sizes) != total[c] or max(sizes) > r or rest.sum() == 0:
+        return None
+    fills = []
+    for size in sizes:
+        want = rest * (r - size) / rest.sum()
+        y = np.floor(want).astype(np.int64)
+        for i in np.argsort(-(want - y), kind="stable")[:r - size - int(y.sum())]:
+            y[i] += 1
+        fills.append(y)
+    left = rest - np.sum(fills, axis=0)
+    if (left < 0).any():
+        return None
+    rows = _near_equal(left, p - k1, r)
+    if rows is None:
+        return None
+    out = np.zeros_like(vec)
+    ends = list(range(k1)) if first else list(range(p - k1, p))
+    for j, size, y in zip(ends, sizes, fills):
+        out[j, c] = size
+        out[j, others] = y
+    for i, j in enumerate(j for j in range(p) if j not in ends):
+        out[j, others] = rows[i]
+    return out if (out != vec).any() else None
+
+
+def critical(model, grid: np.ndarray, hosts: np.ndarray, share: float = CONFINE_SHARE) -> np.ndarray:
+    """Devices of the critical hosts (``hosts``: the fine level's labels): hosts with a
+    device whose peer sum in its group is at least ``share`` of DataP. O(N D_DP)."""
+    cols = grid.T
+    sums = model.t_dp[cols[:, :, None], cols[:, None, :]].sum(axis=2)
+    dear = cols[sums >= share * sums.max()]
+    return np.isin(hosts, np.unique(hosts[dear]))
+
+
+def candidates(model, grid: np.ndarray, level_labels: list[np.ndarray], hosts: np.ndarray | None,
+               offset: int = 0) -> list[Candidate]:
+    """The confinements of ``grid`` (when ``hosts`` are known and the critical hosts hold
+    fewer than half the devices), then its exclusions, as ``Candidate``s:
+    per level coarsest first, then component, ``k1`` and end; each of the two lists
+    rotated by ``offset``. O(L m p^2)."""
+    p = grid.shape[1]
+    out, excl = [], []
+    crit = critical(model, grid, hosts) if hosts is not None else None
+    if crit is not None and 0 < crit.sum() < model.n / 2:
+        z = int(crit.sum())
+        for lab in level_labels:
+            m = int(lab.max()) + 1
+            mixed = np.where(crit, m, lab)
+            vec = _counts(grid, mixed)
+            for k1 in range(1, min(CONFINE_GROUPS, p - 1) + 1):
+                sizes = [z // k1 + (j < z % k1) for j in range(k1)]
+                for first in (True, False):
+                    t = _concentrated(vec, m, sizes, first)
+                    if t is not None:
+                        out.append(Candidate("confinement", mixed, t))
+    for lab in level_labels:
+        vec = _counts(grid, lab)
+        total = vec.sum(axis=0)
+        for c in range(vec.shape[1]):
+            for k1 in range(1, p):
+                if total[c] % k1 == 0:
+                    for first in (True, False):
+                        t = _concentrated(vec, c, [int(total[c]) // k1] * k1, first)
+                        if t is not None:
+                            excl.append(Candidate("exclusion", lab, t))
+
+    def turn(xs: list) -> list:
+        return xs[offset % len(xs):] + xs[:offset % len(xs)] if xs else xs
+
+    return turn(out) + turn(excl)
+
+
+def redeal(model, grid: np.ndarray, candidate: Candidate,
+           level_labels: list[np.ndarray], rng: np.random.Generator,
+           stop: Callable[[], bool] = lambda: False, sweeps: float = EXCLUDE_SWEEPS,
+           split_labels: np.ndarray | None = None) -> tuple[np.ndarray, float, int]:
+    """``grid`` redealt to one of its ``candidates``, descended for ``sweeps`` local-search
+    sweeps (polished first) and rebalanced (every level of ``level_labels``, the splits
+    at ``split_labels``): ``(grid, Comm, swaps scored)``, better than ``grid`` or not."""
+    from solver.descent import Effort, descend
+
+    _, labels, targets = candidate
+    cols = [grid[:, s] for s in range(grid.shape[1])]
+    dealt = np.stack(_redeal(model.t_dp, cols, labels, targets), axis=1)
+    effort = Effort(int(sweeps * model.n * model.n), stop)
+    state = descend(model, dealt, rng, effort)
+    nfev = effort.nfev
+    g, comm = state.grid.copy(), float(state.score)
+    out = rebalance(model, g, level_labels, comm, rng, stop, split_labels=split_labels)
+    if out is not None:
+        g, comm, nfev = out[0], out[1], nfev + out[2]
+    return g, comm, nfev

@@ -1,0 +1,159 @@
+"""Whole-grid redeals (confinement, exclusion) and the explorers that try them."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from solver import exclusion
+from solver.anytime import explore, temper
+from solver.cost import CostModel
+from solver.descent import Effort
+from solver.rebalance import fine_level, levels, rebalance
+from solver.workload import Workload
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from hierarchical import suite_instance  # noqa: E402
+
+PLATEAU = Path(__file__).with_name("data") / "plateau_h192_draw1.json"
+
+
+def _plateau():
+    """The recorded 10 s layout of the draw-1 8 x 24 suite instance (52.9 s), its model
+    and fabric: every stage group holds one device of each slow-NIC host."""
+    data = json.loads(PLATEAU.read_text())
+    fabric, model = suite_instance(data["instance"], data["draw"])
+    return fabric, model, np.array(data["grid"])
+
+
+def test_concentrated_counts_keep_every_total_and_fill_every_group():
+    vec = np.array([[3, 3, 2], [3, 3, 2], [2, 3, 3], [2, 3, 3]])  # 4 groups of 8
+    for c, sizes, first in [(0, [5, 5], True), (2, [5, 5], False), (1, [6, 6], True), (1, [4, 4, 4], True)]:
+        out = exclusion._concentrated(vec, c, sizes, first)
+        assert out is not None
+        assert (out.sum(axis=1) == 8).all() and (out.sum(axis=0) == vec.sum(axis=0)).all()
+        ends = list(range(len(sizes))) if first else list(range(4 - len(sizes), 4))
+        assert out[ends, c].tolist() == sizes
+        assert out[[j for j in range(4) if j not in ends], c].sum() == 0
+    assert exclusion._concentrated(vec, 0, [10], True) is None  # more than a group holds
+    assert exclusion._concentrated(vec, 0, [4, 4], True) is None  # not the component's total
+
+
+def test_the_critical_hosts_of_the_plateau_are_its_slow_nic_hosts():
+    fabric, model, grid = _plateau()
+    crit = exclusion.critical(model, grid, fine_level(model))
+    assert {fabric.devices[d].host for d in np.flatnonzero(crit)} == \
+        {d.host for d in fabric.devices if d.host.endswith("-slownic")}
+
+
+@pytest.mark.slow
+def test_a_confinement_leaves_the_plateau_that_rebalancing_does_not():
+    fabric, model, grid = _plateau()
+    before = model.score_grid(grid).comm
+    lv, fine = levels(model), fine_level(model)
+    assert rebalance(model, grid, lv, before, np.random.default_rng(0), split_labels=fine) is None
+    cands = exclusion.candidates(model, grid, lv, fine)
+    crit = exclusion.critical(model, grid, fine)
+    confinements = [c for c in cands if c.kind == "confinement"]
+    assert 0 < len(confinements) <= 2 * exclusion.CONFINE_GROUPS * len(lv)
+    assert all(c.kind == "confinement" for c in cands[:len(confinements)])
+    best = before
+    for cand in confinements[:9]:  # the first level's and the second's
+        assert (cand.targets.sum(axis=1) == grid.shape[0]).all()
+        assert (cand.labels[crit] == cand.labels.max()).all() and not (cand.labels[~crit] == cand.labels.max()).any()
+        new, comm, nfev = exclusion.redeal(model, grid, cand, lv, np.random.default_rng(0), split_labels=fine)
+        assert sorted(new.ravel().tolist()) == list(range(model.n)) and nfev > 0
+        assert comm == pytest.approx(model.score_grid(new).comm, rel=1e-12)
+        best = min(best, comm)
+    assert best < 0.97 * before
+
+
+def test_candidates_rotate_each_list_by_the_offset():
+    _, model, grid = _plateau()
+    lv, fine = levels(model), fine_level(model)
+    plain = exclusion.candidates(model, grid, lv, fine)
+    turned = exclusion.candidates(model, grid, lv, fine, offset=1)
+    k = sum(c.kind == "confinement" for c in plain)
+    same = lambda a, b: all(np.array_equal(x.targets, y.targets) for x, y in zip(a, b))  # noqa: E731
+    assert same(turned[:k], plain[1:k] + plain[:1])
+    assert same(turned[k:], plain[k + 1:] + plain[k:k + 1])
+
+
+def _two_regions_datap_light():
+    """16 devices in two regions of 8; DataP cheap everywhere (Pipeline rules Comm)."""
+    site = np.repeat([0, 1], 8)
+    rng = np.random.default_rng(0)
+    same = site[:, None] == site[None, :]
+    mats = []
+    for inside, between in ((0.1, 3.0), (0.01, 0.02)):
+        t = np.where(same, inside, between) * rng.uniform(0.9, 1.1, (16, 16))
+        t = (t + t.T) / 2
+        np.fill_diagonal(t, 0)
+        mats.append(t)
+    return CostModel(mats[0], mats[1], Workload(4, 4, 1.0, 1.0))
+
+
+def test_an_explorer_tempers_where_datap_does_not_rule():
+    model = _two_regions_datap_light()
+    grid = np.arange(16).reshape(4, 4)
+    fun = model.score_grid(grid).comm
+    assert model.score_grid(grid).data_p < exclusion.EXCLUDE_SHARE * fun
+    assert explore(model, grid, fun, np.random.default_rng(0), Effort(10 ** 6), {},
+                   clock=time.monotonic, cancel=lambda: False) is None
+    walk = temper(model, grid, fun, np.random.default_rng(0), Effort(200_000), {}, seed=[0, 1],
+                  clock=time.monotonic, cancel=lambda: False, explorer=True)
+    assert "exclusion" not in walk.strategy and walk.fun <= fun
+
+
+@pytest.mark.slow
+def test_an_exploring_walk_is_a_function_of_its_inputs_and_goes_on_where_it_stopped():
+    _, model, grid = _plateau()
+    fun = model.score_grid(grid).comm
+    budget = 2 * int(exclusion_sweeps() * model.n * model.n)  # two candidates' worth
+
+    def walk(memory):
+        return explore(model, grid, fun, np.random.default_rng(5), Effort(budget), memory,
+                       clock=time.monotonic, cancel=lambda: False)
+
+    first, again = {}, {}
+    a, b = walk(first), walk(again)
+    assert a is not None and b is not None
+    assert np.array_equal(a.grid, b.grid) and a.fun == b.fun and a.nfev == b.nfev
+    assert a.fun == pytest.approx(model.score_grid(a.grid).comm, rel=1e-12)
+    key, fails = first["exploring"]
+    assert first["exploring"] == again["exploring"]
+    if a.fun < fun:
+        assert "exclusion" in a.strategy and key == a.grid.tobytes()
+    else:  # both tries failed: the next walk from this grid takes the next two
+        assert key == grid.tobytes() and fails == 2
+        offset = first["offset"]
+        walk(first)
+        assert first["offset"] == offset and first["exploring"][1] == 4
+
+
+def exclusion_sweeps() -> float:
+    from solver.anytime import EXPLORE_SWEEPS
+
+    return EXPLORE_SWEEPS
+
+
+def test_a_cancelled_explorer_hands_back_the_grid_it_had():
+    _, model, grid = _plateau()
+    fun = model.score_grid(grid).comm
+    calls = []
+
+    def cancel():
+        calls.append(1)
+        return True
+
+    assert explore(model, grid, fun, np.random.default_rng(0), Effort(10 ** 9, cancel), {},
+                   clock=time.monotonic, cancel=cancel) is None and calls
+    walk = temper(model, grid, fun, np.random.default_rng(0), Effort(10 ** 9, cancel), {}, seed=[0, 1],
+                  clock=time.monotonic, cancel=cancel, explorer=True)
+    assert walk.fun <= fun and walk.fun == pytest.approx(model.score_grid(walk.grid).comm, rel=1e-12)
