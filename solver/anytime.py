@@ -38,6 +38,17 @@ scoring (solver.native), the closings of a 10 s run (seed 1, both workers togeth
 2.9 s against 14.4 s of ladder at 192 GPUs (9.1 s against 8.8 s before), 2.5 s against
 14.7 s on 16 x 4 (9.2 / 8.6) and 1.3 s against 16.1 s on 10 x 8 (5.9 / 11.2).
 
+Explorers (``explore``, the odd workers while DataP is at least
+solver.exclusion.EXCLUDE_SHARE of the elite's Comm) run whole-grid redeals instead of
+the ladder: on the draw-1 192-GPU 8 x 24 suite instance, whose layouts sit on a DataP
+plateau (every stage group holds a device of each slow-NIC host), five 10 s runs
+ended at 46.3-51.0 s (mean 49.5) against 52.0-53.2 s (mean 52.7) with every worker
+tempering, three 30 s runs at 48.5-49.0 s against 46.7-53.2 s, and the default rule
+at 49.3 s in 50-54 s against 53.2 s in 36 s. With the generic exclusions alone (no
+confinement) the 10 s mean was 52.0 s; with one exclusion per tempering walk's closing
+instead of a worker of their own, 52.3 s. The other suite instances rarely meet the
+gate (a few early rounds of h36, h48 and h80) and kept their figures within noise.
+
 Cost: the ladder's steps (O(K D_DP) each, solver.tempering), then one descent
 of at most DESCENT_SWEEPS local-search sweeps (O(N^2 D_DP) array work each) and
 partition passes of at most 4 N exact matchings, then the rebalancing (solver.rebalance;
@@ -78,10 +89,12 @@ DESCENT_FULL_N = 512
 #: Whether odd-numbered workers explore (``explore``) while the elite is bound by DataP.
 EXPLORE = True
 #: What one candidate of an exploring walk counts against a walk's budget of scored
-#: swaps, in sweeps of N^2: about its time (0.4-2 s at 192 devices) in ladder proposals
-#: (0.15 us each), so the default stop rule's walks take about as long as tempering
-#: ones (3 candidates a walk at 192 devices). Under a time limit the clock decides.
-EXPLORE_SWEEPS = 200
+#: swaps, per D_PP^2 (its rebalancing scans the O(D_PP^2) segments): about its time in
+#: ladder proposals (0.15 us each), so the default stop rule's walks take about as long
+#: as tempering ones. Measured per candidate on the suite: 0.27 s at 6 stages (36
+#: GPUs), 1.2 s at 8 (192 GPUs), 1.6-1.8 s at 10-12, 3.9 s at 16; 0.05-0.18 million
+#: proposals per D_PP^2. Under a time limit the clock decides.
+EXPLORE_PAIR_SWAPS = 100_000
 
 
 @dataclass(eq=False)
@@ -223,8 +236,8 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
         return exclusion.candidates(model, g, memory["levels"], memory["fine"], memory["offset"])
 
     cands = listed(best_grid)
-    # without a clock, a walk tries as many as its budget buys at EXPLORE_SWEEPS each
-    most = max(1, (effort.budget - effort.nfev) // max(1, int(EXPLORE_SWEEPS * model.n * model.n)))
+    # without a clock, a walk tries as many as its budget buys at EXPLORE_PAIR_SWAPS each
+    most = max(1, (effort.budget - effort.nfev) // (EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2))
     while cands and tried < most and not effort.should_stop():
         if fails >= len(cands):
             memory["explored"] = best_grid.tobytes()

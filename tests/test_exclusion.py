@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from solver import exclusion
-from solver.anytime import explore, temper
+from solver.anytime import EXPLORE_PAIR_SWAPS, explore, temper
 from solver.cost import CostModel
 from solver.descent import Effort
 from solver.rebalance import fine_level, levels, rebalance
@@ -115,7 +115,7 @@ def test_an_explorer_tempers_where_datap_does_not_rule():
 def test_an_exploring_walk_is_a_function_of_its_inputs_and_goes_on_where_it_stopped():
     _, model, grid = _plateau()
     fun = model.score_grid(grid).comm
-    budget = 2 * int(exclusion_sweeps() * model.n * model.n)  # two candidates' worth
+    budget = 2 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2  # two candidates' worth
 
     def walk(memory):
         return explore(model, grid, fun, np.random.default_rng(5), Effort(budget), memory,
@@ -135,12 +135,6 @@ def test_an_exploring_walk_is_a_function_of_its_inputs_and_goes_on_where_it_stop
         offset = first["offset"]
         walk(first)
         assert first["offset"] == offset and first["exploring"][1] == 4
-
-
-def exclusion_sweeps() -> float:
-    from solver.anytime import EXPLORE_SWEEPS
-
-    return EXPLORE_SWEEPS
 
 
 def test_a_cancelled_explorer_hands_back_the_grid_it_had():
