@@ -47,7 +47,11 @@ tempering, three 30 s runs at 48.5-49.0 s against 46.7-53.2 s, and the default r
 at 49.3 s in 50-54 s against 53.2 s in 36 s. With the generic exclusions alone (no
 confinement) the 10 s mean was 52.0 s; with one exclusion per tempering walk's closing
 instead of a worker of their own, 52.3 s. The other suite instances rarely meet the
-gate (a few early rounds of h36, h48 and h80) and kept their figures within noise.
+gate (a few early rounds of h36, h48 and h80, where confinements took h36 from 34.5
+to 29.9 s and h48 from 25.2 to 20.0 s in a few candidates) and kept their 10 s figures
+within noise. A gate at 50% let them act on more instances: 16 x 4 draw 1 went from a
+24.05 to a 24.64 s mean (a candidate takes about 4 s at 16 stages), 8 x 8 and 12 x 8
+draw 0 stayed within noise.
 
 Cost: the ladder's steps (O(K D_DP) each, solver.tempering), then one descent
 of at most DESCENT_SWEEPS local-search sweeps (O(N^2 D_DP) array work each) and
@@ -216,7 +220,7 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     below EXCLUDE_SHARE of its Comm, N exceeds DESCENT_FULL_N, there is no candidate,
     or every candidate of this very elite already failed."""
     score = model.score_grid(grid)
-    if model.n > DESCENT_FULL_N or score.data_p < exclusion.EXCLUDE_SHARE * score.comm:
+    if model.n > DESCENT_FULL_N or score.comm <= 0 or score.data_p < exclusion.EXCLUDE_SHARE * score.comm:
         return None
     key = grid.tobytes()
     if memory.get("explored") == key:
