@@ -44,7 +44,7 @@ the ladder: on the draw-1 192-GPU 8 x 24 suite instance, whose layouts sit on a 
 plateau (every stage group holds a device of each slow-NIC host), five 10 s runs
 ended at 46.3-51.0 s (mean 49.5) against 52.0-53.2 s (mean 52.7) with every worker
 tempering, three 30 s runs at 48.5-49.0 s against 46.7-53.2 s, and the default rule
-at 49.3 s in 50-54 s against 53.2 s in 36 s. With the generic exclusions alone (no
+at 50.3 s in 44 s against 53.2 s in 36 s. With the generic exclusions alone (no
 confinement) the 10 s mean was 52.0 s; with one exclusion per tempering walk's closing
 instead of a worker of their own, 52.3 s. The other suite instances rarely meet the
 gate (a few early rounds of h36, h48 and h80, where confinements took h36 from 34.5
@@ -92,10 +92,11 @@ CLOSING_FADE = 0.7
 DESCENT_FULL_N = 512
 #: Whether odd-numbered workers explore (``explore``) while the elite is bound by DataP.
 EXPLORE = True
-#: What one candidate of an exploring walk counts against a walk's budget of scored
-#: swaps, per D_PP^2 (its rebalancing scans the O(D_PP^2) segments): about its time in
-#: ladder proposals (0.15 us each), so the default stop rule's walks take about as long
-#: as tempering ones. Measured per candidate on the suite: 0.27 s at 6 stages (36
+#: Without a clock an exploring walk tries as many candidates as its budget of scored
+#: swaps buys at this many per D_PP^2 each (a candidate's rebalancing scans the
+#: O(D_PP^2) segments): about its time in ladder proposals (0.15 us each), so the
+#: default stop rule's walks take about as long as tempering ones (the swaps it
+#: reports are those it scored). Measured per candidate on the suite: 0.27 s at 6 stages (36
 #: GPUs), 1.2 s at 8 (192 GPUs), 1.6-1.8 s at 10-12, 3.9 s at 16; 0.05-0.18 million
 #: proposals per D_PP^2. Under a time limit the clock decides.
 EXPLORE_PAIR_SWAPS = 100_000
@@ -137,20 +138,24 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     coldest chain. The ladder runs for the walk's budget (``CHAINS`` scored swaps a
     step); its best is then descended (exact matchings, order, partition swaps) and the
     descended grid goes back into the coldest chain. An ``explorer`` first tries an
-    exploring walk (``explore``) and tempers only when that declines."""
+    exploring walk (``explore``) and tempers when that declines, or for what is left
+    of the walk once every candidate of its grid has failed."""
+    start_nfev, start_nit = effort.nfev, effort.nit
+    strategy, trace = "", []
     if explorer and EXPLORE:
         walk = explore(model, grid, fun, rng, effort, memory, clock=clock, cancel=cancel,
                        on_best=on_best, strategy_prefix=strategy_prefix)
         if walk is not None:
-            return walk
+            if effort.should_stop() or memory.get("explored") != walk.grid.tobytes():
+                return walk
+            # every candidate of its grid failed and the walk has time left: temper on
+            grid, fun, strategy, trace = walk.grid, walk.fun, walk.strategy, list(walk.trace)
     ladder = memory.get("ladder")
     if ladder is None:
         ladder = memory["ladder"] = Ladder(model, grid, np.random.default_rng(seed))
     elif fun < ladder.best - 1e-12 * max(1.0, fun):
         ladder.inject(grid, fun)
     best_grid, best = grid.copy(), fun
-    start_nfev, start_nit = effort.nfev, effort.nit
-    strategy, trace = "", []
 
     def improved(value: float, how: str, g: np.ndarray) -> None:
         nonlocal best, best_grid, strategy
@@ -252,7 +257,7 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
         tried += 1
         if comm < best - 1e-12 * max(1.0, best):
             best, best_grid, fails = comm, g, 0
-            strategy = f"{strategy_prefix}exclusion, then segment rebalance"
+            strategy = f"{strategy_prefix}{cands[fails].kind}, then segment rebalance"
             trace.append((clock(), best))
             on_best(best)
             cands = listed(best_grid)
@@ -261,5 +266,4 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     memory["exploring"] = (best_grid.tobytes(), fails)
     if tried == 0:
         return None
-    memory["closing_s"] = 0.0  # no ladder, no closing: the next walk uses its whole round
     return Walk(best_grid, best, strategy, effort.nfev - start_nfev, 0, 0, trace)

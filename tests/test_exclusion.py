@@ -80,6 +80,7 @@ def test_candidates_rotate_each_list_by_the_offset():
     plain = exclusion.candidates(model, grid, lv, fine)
     turned = exclusion.candidates(model, grid, lv, fine, offset=1)
     k = sum(c.kind == "confinement" for c in plain)
+    assert 0 < k < len(plain) == len(turned)
     same = lambda a, b: all(np.array_equal(x.targets, y.targets) for x, y in zip(a, b))  # noqa: E731
     assert same(turned[:k], plain[1:k] + plain[:1])
     assert same(turned[k:], plain[k + 1:] + plain[k:k + 1])
@@ -129,7 +130,8 @@ def test_an_exploring_walk_is_a_function_of_its_inputs_and_goes_on_where_it_stop
     key, fails = first["exploring"]
     assert first["exploring"] == again["exploring"]
     if a.fun < fun:
-        assert "exclusion" in a.strategy and key == a.grid.tobytes()
+        assert a.strategy.endswith(("confinement, then segment rebalance", "exclusion, then segment rebalance"))
+        assert key == a.grid.tobytes()
     else:  # both tries failed: the next walk from this grid takes the next two
         assert key == grid.tobytes() and fails == 2
         offset = first["offset"]
@@ -151,3 +153,43 @@ def test_a_cancelled_explorer_hands_back_the_grid_it_had():
     walk = temper(model, grid, fun, np.random.default_rng(0), Effort(10 ** 9, cancel), {}, seed=[0, 1],
                   clock=time.monotonic, cancel=cancel, explorer=True)
     assert walk.fun <= fun and walk.fun == pytest.approx(model.score_grid(walk.grid).comm, rel=1e-12)
+
+
+@pytest.mark.slow
+def test_once_every_candidate_failed_the_walk_tempers_for_the_rest(monkeypatch):
+    """Every redeal fails (stubbed to hand back a worse grid): the explorer marks the grid
+    explored and the same walk goes on tempering from it, and the next walk from that
+    grid tempers at once."""
+    _, model, grid = _plateau()
+    fun = model.score_grid(grid).comm
+    tried = []
+
+    def failing(model, g, cand, *a, **k):
+        tried.append(cand.kind)
+        return g, fun + 1.0, 10
+
+    monkeypatch.setattr(exclusion, "redeal", failing)
+    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [exclusion.Candidate(
+        "confinement", np.zeros(model.n, dtype=np.int64), np.zeros((8, 1), dtype=np.int64))] * 2)
+    memory = {}
+    budget = 3 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2  # three tries' worth: two fail, then the ladder
+    walk = temper(model, grid, fun, np.random.default_rng(0), Effort(budget), memory, seed=[0, 1],
+                  clock=time.monotonic, cancel=lambda: False, explorer=True)
+    assert tried == ["confinement", "confinement"] and memory["explored"] == grid.tobytes()
+    assert walk.iterations > 0 and "ladder" in memory and walk.fun <= fun
+    assert walk.fun == pytest.approx(model.score_grid(walk.grid).comm, rel=1e-12)
+    tried.clear()
+    temper(model, grid, fun, np.random.default_rng(1), Effort(1_000_000), memory, seed=[0, 1],
+           clock=time.monotonic, cancel=lambda: False, explorer=True)
+    assert tried == []
+
+
+def test_odd_workers_are_the_explorers(monkeypatch):
+    import solver.workers as workers
+
+    seen = {}
+    monkeypatch.setattr(workers, "temper", lambda *a, explorer, **k: seen.setdefault(k["seed"][1], explorer))
+    plan = workers.Rounds(seed=3, walk_evals=10, patience=1, budget=100, deadline=None)
+    for index in range(4):
+        workers._one_walk(None, index, 0, None, 0.0, plan, lambda: False, lambda f: None, {})
+    assert seen == {0: False, 1: True, 2: False, 3: True}
