@@ -173,8 +173,8 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     if cancel():  # cancelled, or the time limit is reached: hand back what the ladder has
         return Walk(best_grid, best, strategy, effort.nfev - start_nfev, effort.nit - start_nit,
                     done, trace)
-    if model.n <= DESCENT_FULL_N and "levels" not in memory:  # once per worker, not timed
-        memory["levels"], memory["fine"] = levels(model), fine_level(model)
+    if model.n <= DESCENT_FULL_N:  # not timed
+        _levels(model, memory)
     closing_from = clock()
     # its own budget: it runs even when the walk's clock ended the ladder; above
     # DESCENT_FULL_N devices only the polish (a partition pass alone is 4 N matchings)
@@ -211,6 +211,10 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
                 done, trace)
 
 
+def _levels(model, memory: dict) -> None:
+    """The coarse levels and the fine level (solver.rebalance), once per worker."""
+    if "levels" not in memory:
+        memory["levels"], memory["fine"] = levels(model), fine_level(model)
 
 
 def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort: Effort,
@@ -230,8 +234,7 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     key = grid.tobytes()
     if memory.get("explored") == key:
         return None
-    if "levels" not in memory:
-        memory["levels"], memory["fine"] = levels(model), fine_level(model)
+    _levels(model, memory)
     if "offset" not in memory:
         memory["offset"] = int(rng.integers(1 << 30))
     at = memory.get("exploring")
@@ -256,8 +259,8 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
         effort.nfev += nfev
         tried += 1
         if comm < best - 1e-12 * max(1.0, best):
-            best, best_grid, fails = comm, g, 0
             strategy = f"{strategy_prefix}{cands[fails].kind}, then segment rebalance"
+            best, best_grid, fails = comm, g, 0
             trace.append((clock(), best))
             on_best(best)
             cands = listed(best_grid)

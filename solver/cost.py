@@ -98,11 +98,17 @@ class CostModel:
     def n(self) -> int:
         return self.workload.n_devices
 
+    def peer_sums(self, grid: np.ndarray) -> np.ndarray:
+        """``(P, R)``: each device's sum of ``T_dp`` to its stage group's peers, the
+        group's columns in grid order. O(N D_DP)."""
+        cols = np.asarray(grid, dtype=int).T
+        return self.t_dp[cols[:, :, None], cols[:, None, :]].sum(axis=2)
+
     def score_grid(self, grid: np.ndarray) -> Score:
         """Score a placement grid as launched (no re-optimisation)."""
         g = np.asarray(grid, dtype=int)
         cols = g.T  # (P, R)
-        sums = self.t_dp[cols[:, :, None], cols[:, None, :]].sum(axis=2)  # (P, R)
+        sums = self.peer_sums(g)
         stage = sums.max(axis=1)
         s_worst = int(stage.argmax())
         worst_device = int(cols[s_worst, int(sums[s_worst].argmax())])

@@ -45,6 +45,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from solver.descent import Effort, descend
 from solver.rebalance import _counts, _redeal, rebalance
 
 #: Local-search sweeps (N^2 scored swaps each) that descend a redealt grid.
@@ -123,9 +124,8 @@ def _concentrated(vec: np.ndarray, c: int, sizes: list[int], first: bool) -> np.
 def critical(model, grid: np.ndarray, hosts: np.ndarray, share: float = CONFINE_SHARE) -> np.ndarray:
     """Devices of the critical hosts (``hosts``: the fine level's labels): hosts with a
     device whose peer sum in its group is at least ``share`` of DataP. O(N D_DP)."""
-    cols = grid.T
-    sums = model.t_dp[cols[:, :, None], cols[:, None, :]].sum(axis=2)
-    dear = cols[sums >= share * sums.max()]
+    sums = model.peer_sums(grid)
+    dear = grid.T[sums >= share * sums.max()]
     return np.isin(hosts, np.unique(hosts[dear]))
 
 
@@ -174,8 +174,6 @@ def redeal(model, grid: np.ndarray, candidate: Candidate,
     """``grid`` redealt to one of its ``candidates``, descended for ``sweeps`` local-search
     sweeps (polished first) and rebalanced (every level of ``level_labels``, the splits
     at ``split_labels``): ``(grid, Comm, swaps scored)``, better than ``grid`` or not."""
-    from solver.descent import Effort, descend
-
     _, labels, targets = candidate
     cols = [grid[:, s] for s in range(grid.shape[1])]
     dealt = np.stack(_redeal(model.t_dp, cols, labels, targets), axis=1)

@@ -17,10 +17,11 @@ it is given; otherwise it reports a lower bound beside its answer (solver.bounds
    and a segment rebalancing (solver.rebalance), and the best walk becomes the shared
    start of the next. While DataP rules the best placement, odd workers explore
    instead (whole-grid redeals, solver.exclusion). In the first round, odd workers may
-   start from the other layout's best start (``_firsts``). Under a time limit the starts' polishing (one
-   start of each layout at least) and descents stop after START_SHARE of it: at 16
-   stages one polish cost 0.1-0.5 s with the numpy Held-Karp (twelve starts of the
-   64-GPU 16 x 4 suite instance, 2.0 s one after another; the compiled one,
+   start from the other layout's best start (``_firsts``). Under a time limit the
+   starts' polishing (one start of each layout at least) and descents stop after
+   START_SHARE of it: at 16 stages one polish cost 0.1-0.5 s with the numpy Held-Karp
+   (twelve starts of the 64-GPU 16 x 4 suite instance, 2.0 s one after another; the
+   compiled one,
    solver/path.c, takes about 11 ms a path). In 10 s runs of that instance the first
    walks began at about 1.1 s with the cap and without it (two seeds each, numpy
    Held-Karp): it bounds the phase where starts are many or deep, it did not move that

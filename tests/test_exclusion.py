@@ -193,3 +193,16 @@ def test_odd_workers_are_the_explorers(monkeypatch):
     for index in range(4):
         workers._one_walk(None, index, 0, None, 0.0, plan, lambda: False, lambda f: None, {})
     assert seen == {0: False, 1: True, 2: False, 3: True}
+
+
+def test_the_strategy_names_the_kind_of_candidate_that_improved(monkeypatch):
+    _, model, grid = _plateau()
+    fun = model.score_grid(grid).comm
+    labels, targets = np.zeros(model.n, dtype=np.int64), np.zeros((8, 1), dtype=np.int64)
+    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [
+        exclusion.Candidate("confinement", labels, targets), exclusion.Candidate("exclusion", labels, targets)])
+    monkeypatch.setattr(exclusion, "redeal", lambda model, g, cand, *a, **k: (
+        g, fun - 1.0 if cand.kind == "exclusion" else fun + 1.0, 10))
+    walk = explore(model, grid, fun, np.random.default_rng(0), Effort(10 ** 12), {"offset": 0},
+                   clock=time.monotonic, cancel=lambda: False)
+    assert walk is not None and walk.strategy == "exclusion, then segment rebalance"
