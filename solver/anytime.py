@@ -42,11 +42,11 @@ Explorers (``explore``, the odd workers while DataP is at least
 solver.exclusion.EXCLUDE_SHARE of the elite's Comm) run whole-grid redeals instead of
 the ladder: on the draw-1 192-GPU 8 x 24 suite instance, whose layouts sit on a DataP
 plateau (every stage group holds a device of each slow-NIC host), five 10 s runs
-ended at 46.3-51.0 s (mean 49.5) against 52.0-53.2 s (mean 52.7) with every worker
-tempering, three 30 s runs at 48.5-49.0 s against 46.7-53.2 s, and the default rule
-at 50.3 s in 44 s against 53.2 s in 36 s. With the generic exclusions alone (no
+ended at 45.5-50.1 s (mean 48.2) against 52.6-53.8 s (mean 53.2) with every worker
+tempering, three 30 s runs at 46.1-50.3 s against 51.6-53.2 s, and the default rule
+at 50.3 s in 46 s against 53.2 s in 37 s. With the generic exclusions alone (no
 confinement) the 10 s mean was 52.0 s; with one exclusion per tempering walk's closing
-instead of a worker of their own, 52.3 s. The other suite instances rarely meet the
+instead of a worker of their own, 52.3 s (an earlier session's run). The other suite instances rarely meet the
 gate (a few early rounds of h36, h48 and h80, where confinements took h36 from 34.5
 to 29.9 s and h48 from 25.2 to 20.0 s in a few candidates) and kept their 10 s figures
 within noise. A gate at 50% let them act on more instances: 16 x 4 draw 1 went from a

@@ -29,9 +29,10 @@ are tried in turn (``candidates``: confinements first).
 Measured on the SYNTHETIC hierarchical suite (benchmarks/), draw 1, 192-GPU 8 x 24
 instance, whose 10 s layouts (52.6-52.9 s) hold one device of each of three slow-NIC
 hosts in every group (DataP 42.7 of 52.9): from two such layouts, each candidate once,
-the 18 confinements improved 4-5 times (best 48.1 and 49.0 s), the 30 exclusions once
-or twice (45.1 s once, 50.7 s). A layout of 45.93 s found once in 30 s keeps those
-hosts in two groups, which exclude the region farthest from them.
+the 18 confinements improved 4-5 times (best 48.1 and 49.0 s); in an earlier
+session's scratch runs the 30 exclusions improved once or twice (45.1 s once, 50.7 s),
+and a layout of 45.93 s found once in 30 s kept those hosts in two groups, which
+excluded the region farthest from them.
 
 Cost: ``O(L m D_PP)`` candidate targets (``L`` levels of ``m`` components), each
 ``O(D_PP m)`` to build; trying one costs a redeal (``O(N D_DP)`` array work), the
