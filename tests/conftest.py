@@ -9,6 +9,7 @@ built (not root, no ``ip netns``, no sshd) they skip with the reason, except und
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -17,6 +18,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fleetlib import EmulatedFleet, fleet_unavailable  # noqa: E402
+
+# A run started in the background (``nohup ... &``) inherits SIGINT ignored, and so would
+# every command the tests start: Ctrl-C tests would then wait for an interrupt that never
+# lands. A handler here (not SIG_IGN) makes exec'd children start with the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def require_fleet() -> None:
