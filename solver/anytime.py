@@ -53,6 +53,24 @@ within noise. A gate at 50% let them act on more instances: 16 x 4 draw 1 went f
 24.05 to a 24.64 s mean (a candidate takes about 4 s at 16 stages), 8 x 8 and 12 x 8
 draw 0 stayed within noise.
 
+Split kicks (solver.exclusion.kicks): an explorer handed the same elite as last round
+(no walk improved it) tries the elite's best-scored splits of a segment into two runs
+of equal vectors, at every coarse level and the hosts', each descended and rebalanced
+whatever its first score; rebalancing proper descends only splits that already beat
+the grid. From recorded 10 s layouts (2 workers) the first four kicks, tried one
+after another, took the 64-GPU 8 x 8 draw-1 instance from 20.33 to 19.97 s (its best
+known, 19.92-19.98 s), the 80-GPU 10 x 8 draw-2 instance from 36.78 to 35.88 s and
+the 192-GPU draw-0 one from 37.20 to 36.72 s, where every move of the search had
+stopped. Measured against the search without them in one session, 2 workers: default
+rule, seeds 0-1 on five instances, 3 of 10 runs lower (8 x 8 draw 1 seed 1 20.03 ->
+19.98 s; 12 x 8 draw 2 40.80 -> 40.67 and 41.03 -> 40.79 s), one 0.02% higher, the
+rest equal, at 0-4 s more wall time; ``--time-limit 10``, seeds 0-3, means within the
+runs' noise (16 x 4 draw 2 24.71 -> 24.43 s, 8 x 8 draw 1 20.19 -> 20.11 s, 10 x 8
+draw 0 44.44 -> 44.75 s, 12 x 8 draw 2 40.69 -> 41.03 s, one seed of each of the
+last two at +2-3%). Kicking every elite instead of a stalled one cost the odd
+worker's ladder where it still improves: 12 x 8 draw 2 40.69 -> 41.92 s, 10 x 8
+draw 0 44.44 -> 45.10 s.
+
 Cost: the ladder's steps (O(K D_DP) each, solver.tempering), then one descent
 of at most DESCENT_SWEEPS local-search sweeps (O(N^2 D_DP) array work each) and
 partition passes of at most 4 N exact matchings, then the rebalancing (solver.rebalance;
@@ -92,6 +110,9 @@ CLOSING_FADE = 0.7
 DESCENT_FULL_N = 512
 #: Whether odd-numbered workers explore (``explore``) while the elite is bound by DataP.
 EXPLORE = True
+#: Whether explorers also try split kicks (solver.exclusion.kicks) on an elite that no
+#: walk of the last round improved, whatever its DataP.
+KICK = True
 #: Without a clock an exploring walk tries as many candidates as its budget of scored
 #: swaps buys at this many per D_PP^2 each (a candidate's rebalancing scans the
 #: O(D_PP^2) segments): about its time in ladder proposals (0.15 us each), so the
@@ -142,9 +163,11 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     of the walk once every candidate of its grid has failed."""
     start_nfev, start_nit = effort.nfev, effort.nit
     strategy, trace = "", []
+    stalled = memory.get("elite") == grid.tobytes()  # no walk improved it last round
+    memory["elite"] = grid.tobytes()
     if explorer and EXPLORE:
         walk = explore(model, grid, fun, rng, effort, memory, clock=clock, cancel=cancel,
-                       on_best=on_best, strategy_prefix=strategy_prefix)
+                       on_best=on_best, strategy_prefix=strategy_prefix, stalled=stalled)
         if walk is not None:
             if effort.should_stop() or memory.get("explored") != walk.grid.tobytes():
                 return walk
@@ -219,7 +242,8 @@ def _levels(model, memory: dict) -> None:
 
 def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort: Effort,
             memory: dict, *, clock: Callable[[], float], cancel: Callable[[], bool],
-            on_best: Callable[[float], None] = lambda f: None, strategy_prefix: str = "") -> Walk | None:
+            on_best: Callable[[float], None] = lambda f: None, strategy_prefix: str = "",
+            stalled: bool = False) -> Walk | None:
     """An explorer's walk: whole-grid redeals (solver.exclusion) of the elite, one after
     another, each from the best so far, until the walk's budget or clock ends. The
     candidates of a grid are taken in turn, confinements first, each list from a
@@ -227,9 +251,19 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     from the first after each improvement; a walk from the grid the last walk ended
     on goes on where it stopped. None (the caller tempers instead) when the elite's DataP is
     below EXCLUDE_SHARE of its Comm, N exceeds DESCENT_FULL_N, there is no candidate,
-    or every candidate of this very elite already failed."""
+    or every candidate of this very elite already failed.
+
+    A ``stalled`` elite (no walk of the last round improved it) also gets its split kicks
+    (solver.exclusion.kicks, after the confinements and exclusions when DataP rules,
+    alone otherwise): a segment dealt into two runs of equal vectors, descended and
+    rebalanced whatever its first score. Only on a stalled elite because a kick costs
+    about what a candidate costs, and while the ladder still improves, the worker's
+    time is worth more there (module text)."""
     score = model.score_grid(grid)
-    if model.n > DESCENT_FULL_N or score.comm <= 0 or score.data_p < exclusion.EXCLUDE_SHARE * score.comm:
+    if model.n > DESCENT_FULL_N or score.comm <= 0:
+        return None
+    kick = KICK and stalled
+    if not kick and score.data_p < exclusion.EXCLUDE_SHARE * score.comm:
         return None
     key = grid.tobytes()
     if memory.get("explored") == key:
@@ -245,7 +279,11 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     start_nfev, strategy, trace, tried = effort.nfev, "", [], 0
 
     def listed(g: np.ndarray) -> list:
-        return exclusion.candidates(model, g, memory["levels"], memory["fine"], memory["offset"])
+        sc = model.score_grid(g)
+        out = []
+        if sc.data_p >= exclusion.EXCLUDE_SHARE * sc.comm:
+            out = exclusion.candidates(model, g, memory["levels"], memory["fine"], memory["offset"])
+        return out + (exclusion.kicks(model, g, memory["levels"], memory["fine"]) if kick else [])
 
     cands = listed(best_grid)
     # without a clock, a walk tries as many as its budget buys at EXPLORE_PAIR_SWAPS each

@@ -1,4 +1,4 @@
-"""Whole-grid redeals for layouts bound by DataP: confinement and exclusion.
+"""Whole-grid redeals for layouts bound by DataP (confinement, exclusion) and split kicks.
 
 When DataP rules Comm and every stage group holds a device of the same dear hosts (a
 host behind a slow NIC pays its slow link to every peer off the host), every group
@@ -34,10 +34,22 @@ session's scratch runs the 30 exclusions improved once or twice (45.1 s once, 50
 and a layout of 45.93 s found once in 30 s kept those hosts in two groups, which
 excluded the region farthest from them.
 
+*Split kicks* (``kicks``), tried by explorers on an elite that no walk of the last
+round improved (solver.anytime), whatever its DataP: every segment of consecutive
+groups dealt into two sub-runs with one count vector each (solver.rebalance._splits),
+at every coarse level and at the hosts' level, scored in the current order; the KICKS
+best distinct ones within KICK_SLACK of Comm are each descended and rebalanced
+whatever that first score, where rebalancing proper descends only those that already
+beat the grid. On a 10 s layout of the draw-1 64-GPU 8 x 8 suite instance (20.33 s;
+the first three groups alternated two host vectors, paying two dear edges where one
+would do) the first kick scored 20.44 s in the current order and reached 19.97 s
+after its descent and rebalancing.
+
 Cost: ``O(L m D_PP)`` candidate targets (``L`` levels of ``m`` components), each
 ``O(D_PP m)`` to build; trying one costs a redeal (``O(N D_DP)`` array work), the
 descent (at most EXCLUDE_SWEEPS ``N^2`` scored swaps) and a rebalancing call: 0.4-2 s
-at 192 devices.
+at 192 devices. Kicks: the split scan of every level (``O(L D_PP^3)`` targets,
+0.04-1 s on the suite), then each kick like a candidate.
 """
 
 from __future__ import annotations
@@ -47,7 +59,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from solver.descent import Effort, descend
-from solver.rebalance import _counts, _redeal, rebalance
+from solver.rebalance import _Scorer, _counts, _redeal, _splits, rebalance
 
 #: Local-search sweeps (N^2 scored swaps each) that descend a redealt grid.
 EXCLUDE_SWEEPS = 2.0
@@ -59,15 +71,20 @@ EXCLUDE_SHARE = 0.7
 #: DataP; confinements deal the critical hosts' devices into 1 .. CONFINE_GROUPS groups.
 CONFINE_SHARE = 0.9
 CONFINE_GROUPS = 3
+#: Split kicks (``kicks``): those within KICK_SLACK of the grid's Comm in the current
+#: order, at most KICKS of them (the best first), are tried.
+KICK_SLACK = 0.3
+KICKS = 8
 
 
 class Candidate(NamedTuple):
     """A whole-grid redeal: ``targets[j]`` devices of each component of ``labels`` (a
     level's, or one with the critical hosts as one more component) for group ``j``."""
 
-    kind: str  #: "confinement" or "exclusion"
+    kind: str  #: "confinement", "exclusion" or "split"
     labels: np.ndarray
-    targets: np.ndarray
+    targets: np.ndarray | None
+    dealt: np.ndarray | None = None  #: the redealt grid itself (split kicks)
 
 
 def _near_equal(left: np.ndarray, q: int, r: int) -> np.ndarray | None:
@@ -168,6 +185,29 @@ def candidates(model, grid: np.ndarray, level_labels: list[np.ndarray], hosts: n
     return turn(out) + turn(excl)
 
 
+def kicks(model, grid: np.ndarray, level_labels: list[np.ndarray],
+          hosts: np.ndarray | None) -> list[Candidate]:
+    """The grid's *split kicks*: every segment of consecutive groups dealt into two
+    sub-runs of equal vectors (solver.rebalance._splits) at each coarse level and at the
+    hosts' level, scored in the current order with exact matchings; the KICKS best
+    distinct ones within KICK_SLACK of its Comm, best first. Rebalancing descends only
+    splits that already beat the grid; a kick is descended and rebalanced whatever its
+    first score. O(L p^3) split targets (at most SPLIT_MOST per split point), each
+    scored with at most ``p`` bottleneck matchings."""
+    cols = [grid[:, s] for s in range(grid.shape[1])]
+    scorer = _Scorer(model, cols)
+    fun = float(scorer.dp.max() + 2.0 * scorer.edges.sum())
+    found, seen = [], set()
+    for lab in level_labels + ([hosts] if hosts is not None else []):
+        for comm, _, new in _splits(model, grid, cols, lab, scorer, fun * (1.0 + KICK_SLACK),
+                                    lambda: False):
+            dealt = np.stack(new, axis=1)
+            if dealt.tobytes() not in seen:
+                seen.add(dealt.tobytes())
+                found.append((comm, len(found), Candidate("split", lab, None, dealt)))
+    return [c for _, _, c in sorted(found, key=lambda f: (f[0], f[1]))[:KICKS]]
+
+
 def redeal(model, grid: np.ndarray, candidate: Candidate,
            level_labels: list[np.ndarray], rng: np.random.Generator,
            stop: Callable[[], bool] = lambda: False, sweeps: float = EXCLUDE_SWEEPS,
@@ -175,9 +215,10 @@ def redeal(model, grid: np.ndarray, candidate: Candidate,
     """``grid`` redealt to one of its ``candidates``, descended for ``sweeps`` local-search
     sweeps (polished first) and rebalanced (every level of ``level_labels``, the splits
     at ``split_labels``): ``(grid, Comm, swaps scored)``, better than ``grid`` or not."""
-    _, labels, targets = candidate
-    cols = [grid[:, s] for s in range(grid.shape[1])]
-    dealt = np.stack(_redeal(model.t_dp, cols, labels, targets), axis=1)
+    dealt = candidate.dealt
+    if dealt is None:
+        cols = [grid[:, s] for s in range(grid.shape[1])]
+        dealt = np.stack(_redeal(model.t_dp, cols, candidate.labels, candidate.targets), axis=1)
     effort = Effort(int(sweeps * model.n * model.n), stop)
     state = descend(model, dealt, rng, effort)
     nfev = effort.nfev

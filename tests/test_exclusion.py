@@ -1,4 +1,4 @@
-"""Whole-grid redeals (confinement, exclusion) and the explorers that try them."""
+"""Whole-grid redeals (confinement, exclusion), split kicks and the explorers that try them."""
 
 from __future__ import annotations
 
@@ -22,14 +22,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from hierarchical import suite_instance  # noqa: E402
 
 PLATEAU = Path(__file__).with_name("data") / "plateau_h192_draw1.json"
+SPLIT = Path(__file__).with_name("data") / "split_h64_8x8_draw1.json"
+
+
+def _recorded(path: Path):
+    data = json.loads(path.read_text())
+    fabric, model = suite_instance(data["instance"], data["draw"])
+    return fabric, model, np.array(data["grid"])
 
 
 def _plateau():
     """The recorded 10 s layout of the draw-1 8 x 24 suite instance (52.9 s), its model
     and fabric: every stage group holds one device of each slow-NIC host."""
-    data = json.loads(PLATEAU.read_text())
-    fabric, model = suite_instance(data["instance"], data["draw"])
-    return fabric, model, np.array(data["grid"])
+    return _recorded(PLATEAU)
+
+
+def _alternating():
+    """The recorded 10 s layout of the draw-1 8 x 8 suite instance (20.33 s): the first
+    groups alternate two host vectors; no move of the search improved it."""
+    return _recorded(SPLIT)
 
 
 def test_concentrated_counts_keep_every_total_and_fill_every_group():
@@ -100,16 +111,79 @@ def _two_regions_datap_light():
     return CostModel(mats[0], mats[1], Workload(4, 4, 1.0, 1.0))
 
 
-def test_an_explorer_tempers_where_datap_does_not_rule():
+def test_an_explorer_tempers_where_datap_does_not_rule_and_the_elite_moves(monkeypatch):
     model = _two_regions_datap_light()
     grid = np.arange(16).reshape(4, 4)
     fun = model.score_grid(grid).comm
     assert model.score_grid(grid).data_p < exclusion.EXCLUDE_SHARE * fun
     assert explore(model, grid, fun, np.random.default_rng(0), Effort(10 ** 6), {},
                    clock=time.monotonic, cancel=lambda: False) is None
+    listed = []
+    real = exclusion.kicks
+    monkeypatch.setattr(exclusion, "kicks", lambda *a: listed.append(1) or real(*a))
     walk = temper(model, grid, fun, np.random.default_rng(0), Effort(200_000), {}, seed=[0, 1],
                   clock=time.monotonic, cancel=lambda: False, explorer=True)
-    assert "exclusion" not in walk.strategy and walk.fun <= fun
+    assert "exclusion" not in walk.strategy and "split" not in walk.strategy and walk.fun <= fun
+    assert not listed  # a first elite is not stalled: no kicks
+
+
+def test_a_stalled_elite_gets_split_kicks_only_where_datap_does_not_rule(monkeypatch):
+    """The same elite handed to an explorer twice: the second walk tries its kicks (and
+    no confinement or exclusion, DataP being light); once they all failed it tempers."""
+    model = _two_regions_datap_light()
+    grid = np.arange(16).reshape(4, 4)
+    fun = model.score_grid(grid).comm
+    tried = []
+    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: pytest.fail("not DataP-bound"))
+    monkeypatch.setattr(exclusion, "kicks", lambda *a: [exclusion.Candidate(
+        "split", np.zeros(16, dtype=np.int64), None, grid)] * 2)
+    monkeypatch.setattr(exclusion, "redeal", lambda model, g, cand, *a, **k: (
+        tried.append(cand.kind) or (g, fun + 1.0, 10)))
+    memory = {}
+    budget = 3 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2
+    for _ in range(2):
+        walk = temper(model, grid, fun, np.random.default_rng(0), Effort(budget), memory, seed=[0, 1],
+                      clock=time.monotonic, cancel=lambda: False, explorer=True)
+        assert walk.fun <= fun  # handed the same elite again: the second walk is stalled
+    assert tried == ["split", "split"] and memory["explored"] == grid.tobytes()
+
+
+@pytest.mark.slow
+def test_split_kicks_leave_a_layout_that_every_move_of_the_search_kept():
+    fabric, model, grid = _alternating()
+    before = model.score_grid(grid).comm
+    lv, fine = levels(model), fine_level(model)
+    assert rebalance(model, grid, lv, before, np.random.default_rng(0), split_labels=fine) is None
+    kicks = exclusion.kicks(model, grid, lv, fine)
+    assert 0 < len(kicks) <= exclusion.KICKS
+    assert len({k.dealt.tobytes() for k in kicks}) == len(kicks)
+    best = before
+    for kick in kicks[:4]:
+        assert kick.kind == "split" and sorted(kick.dealt.ravel().tolist()) == list(range(model.n))
+        changed = [s for s in range(grid.shape[1]) if set(kick.dealt[:, s]) != set(grid[:, s])]
+        assert len(changed) >= 2  # devices moved between groups of the segment
+        new, comm, nfev = exclusion.redeal(model, grid, kick, lv, np.random.default_rng(0), split_labels=fine)
+        assert comm == pytest.approx(model.score_grid(new).comm, rel=1e-12) and nfev > 0
+        best = min(best, comm)
+    assert best < 0.99 * before  # 20.33 -> 19.97 s when recorded
+
+
+def test_kicks_are_the_best_scored_splits_within_the_slack():
+    from solver.rebalance import _Scorer
+
+    _, model, grid = _alternating()
+    lv, fine = levels(model), fine_level(model)
+    kicks = exclusion.kicks(model, grid, lv, fine)
+    cols = [grid[:, s] for s in range(grid.shape[1])]
+    scorer = _Scorer(model, cols)
+    now = scorer.dp.max() + 2.0 * scorer.edges.sum()
+
+    scored = [model.score_grid(k.dealt).comm for k in kicks]  # as dealt
+    p = grid.shape[1]
+    exact = [scorer.comm([k.dealt[:, s] for s in range(p)], 0, p - 1) for k in kicks]  # exact matchings
+    assert all(a <= b + 1e-9 for a, b in zip(exact, exact[1:]))
+    assert all(e <= s + 1e-9 for e, s in zip(exact, scored))
+    assert all(e < now * (1 + exclusion.KICK_SLACK) for e in exact)
 
 
 @pytest.mark.slow
