@@ -283,7 +283,7 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
         out = []
         if sc.data_p >= exclusion.EXCLUDE_SHARE * sc.comm:
             out = exclusion.candidates(model, g, memory["levels"], memory["fine"], memory["offset"])
-        return out + (exclusion.kicks(model, g, memory["levels"], memory["fine"]) if kick else [])
+        return out + (exclusion.kicks(model, g, memory["levels"], memory["fine"], cancel) if kick else [])
 
     cands = listed(best_grid)
     # without a clock, a walk tries as many as its budget buys at EXPLORE_PAIR_SWAPS each

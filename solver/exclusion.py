@@ -186,25 +186,28 @@ def candidates(model, grid: np.ndarray, level_labels: list[np.ndarray], hosts: n
 
 
 def kicks(model, grid: np.ndarray, level_labels: list[np.ndarray],
-          hosts: np.ndarray | None) -> list[Candidate]:
+          hosts: np.ndarray | None, stop: Callable[[], bool] = lambda: False) -> list[Candidate]:
     """The grid's *split kicks*: every segment of consecutive groups dealt into two
     sub-runs of equal vectors (solver.rebalance._splits) at each coarse level and at the
     hosts' level, scored in the current order with exact matchings; the KICKS best
     distinct ones within KICK_SLACK of its Comm, best first. Rebalancing descends only
     splits that already beat the grid; a kick is descended and rebalanced whatever its
     first score. O(L p^3) split targets (at most SPLIT_MOST per split point), each
-    scored with at most ``p`` bottleneck matchings."""
+    scored with at most ``p`` bottleneck matchings. ``stop()`` (tested once per segment
+    start) ends the scan with what it has found."""
     cols = [grid[:, s] for s in range(grid.shape[1])]
     scorer = _Scorer(model, cols)
     fun = float(scorer.dp.max() + 2.0 * scorer.edges.sum())
     found, seen = [], set()
     for lab in level_labels + ([hosts] if hosts is not None else []):
-        for comm, _, new in _splits(model, grid, cols, lab, scorer, fun * (1.0 + KICK_SLACK),
-                                    lambda: False):
+        split = _splits(model, grid, cols, lab, scorer, fun * (1.0 + KICK_SLACK), stop)
+        for comm, _, new in split or []:
             dealt = np.stack(new, axis=1)
             if dealt.tobytes() not in seen:
                 seen.add(dealt.tobytes())
                 found.append((comm, len(found), Candidate("split", lab, None, dealt)))
+        if split is None:
+            break
     return [c for _, _, c in sorted(found, key=lambda f: (f[0], f[1]))[:KICKS]]
 
 

@@ -184,6 +184,7 @@ def test_kicks_are_the_best_scored_splits_within_the_slack():
     assert all(a <= b + 1e-9 for a, b in zip(exact, exact[1:]))
     assert all(e <= s + 1e-9 for e, s in zip(exact, scored))
     assert all(e < now * (1 + exclusion.KICK_SLACK) for e in exact)
+    assert exclusion.kicks(model, grid, lv, fine, stop=lambda: True) == []  # a cancelled scan
 
 
 @pytest.mark.slow
