@@ -108,7 +108,8 @@ DESCENT_MAX = 2_000_000
 CLOSING_FADE = 0.7
 #: Most devices for a full closing descent; above, the walk's best is only polished.
 DESCENT_FULL_N = 512
-#: Whether odd-numbered workers explore (``explore``) while the elite is bound by DataP.
+#: Whether odd-numbered workers explore (``explore``) while the elite is bound by DataP
+#: (and, with KICK, while it has stalled).
 EXPLORE = True
 #: Whether explorers also try split kicks (solver.exclusion.kicks) on an elite that no
 #: walk of the last round improved, whatever its DataP.
@@ -169,7 +170,7 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
         walk = explore(model, grid, fun, rng, effort, memory, clock=clock, cancel=cancel,
                        on_best=on_best, strategy_prefix=strategy_prefix, stalled=stalled)
         if walk is not None:
-            if effort.should_stop() or memory.get("explored") != walk.grid.tobytes():
+            if effort.should_stop() or memory.get("done") != walk.grid.tobytes():
                 return walk
             # every candidate of its grid failed and the walk has time left: temper on
             grid, fun, strategy, trace = walk.grid, walk.fun, walk.strategy, list(walk.trace)
@@ -249,48 +250,56 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     candidates of a grid are taken in turn, confinements first, each list from a
     per-worker offset (its seeded stream, one further for each new elite), and again
     from the first after each improvement; a walk from the grid the last walk ended
-    on goes on where it stopped. None (the caller tempers instead) when the elite's DataP is
-    below EXCLUDE_SHARE of its Comm, N exceeds DESCENT_FULL_N, there is no candidate,
-    or every candidate of this very elite already failed.
+    on goes on where it stopped.
 
     A ``stalled`` elite (no walk of the last round improved it) also gets its split kicks
     (solver.exclusion.kicks, after the confinements and exclusions when DataP rules,
     alone otherwise): a segment dealt into two runs of equal vectors, descended and
     rebalanced whatever its first score. Only on a stalled elite because a kick costs
     about what a candidate costs, and while the ladder still improves, the worker's
-    time is worth more there (module text)."""
+    time is worth more there (module text).
+
+    The redeals are listed while the elite's DataP is at least EXCLUDE_SHARE of its
+    Comm, the kicks while it is stalled; each part once per grid (``memory``:
+    "explored" and "kicked" hold the last grid whose redeals, or kicks, all failed).
+    None (the caller tempers instead) when N exceeds DESCENT_FULL_N, or neither part is
+    listed or left untried for this elite; ``memory["done"]`` is the walk's grid when
+    the walk tried every candidate of it (the caller then tempers on)."""
+    memory["done"] = None
     score = model.score_grid(grid)
     if model.n > DESCENT_FULL_N or score.comm <= 0:
         return None
+    bound = score.data_p >= exclusion.EXCLUDE_SHARE * score.comm
     kick = KICK and stalled
-    if not kick and score.data_p < exclusion.EXCLUDE_SHARE * score.comm:
-        return None
     key = grid.tobytes()
-    if memory.get("explored") == key:
+    parts = (bound and memory.get("explored") != key, kick and memory.get("kicked") != key)
+    if not any(parts):
         return None
     _levels(model, memory)
     if "offset" not in memory:
         memory["offset"] = int(rng.integers(1 << 30))
     at = memory.get("exploring")
-    fails = at[1] if at is not None and at[0] == key else 0  # go on where the last walk ended
+    fails = at[2] if at is not None and at[:2] == (key, parts) else 0  # go on where the last walk ended
     if not fails:
         memory["offset"] += 1
     best_grid, best = grid.copy(), fun
     start_nfev, strategy, trace, tried = effort.nfev, "", [], 0
 
     def listed(g: np.ndarray) -> list:
-        sc = model.score_grid(g)
-        out = []
-        if sc.data_p >= exclusion.EXCLUDE_SHARE * sc.comm:
-            out = exclusion.candidates(model, g, memory["levels"], memory["fine"], memory["offset"])
-        return out + (exclusion.kicks(model, g, memory["levels"], memory["fine"], cancel) if kick else [])
+        out = exclusion.candidates(model, g, memory["levels"], memory["fine"], memory["offset"]) if parts[0] else []
+        return out + (exclusion.kicks(model, g, memory["levels"], memory["fine"], cancel) if parts[1] else [])
 
     cands = listed(best_grid)
     # without a clock, a walk tries as many as its budget buys at EXPLORE_PAIR_SWAPS each
     most = max(1, (effort.budget - effort.nfev) // (EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2))
-    while cands and tried < most and not effort.should_stop():
-        if fails >= len(cands):
-            memory["explored"] = best_grid.tobytes()
+    while tried < most and not effort.should_stop():
+        if fails >= len(cands):  # every candidate of this grid failed
+            done = best_grid.tobytes()
+            memory["done"] = done
+            if parts[0]:
+                memory["explored"] = done
+            if parts[1]:
+                memory["kicked"] = done
             break
         g, comm, nfev = exclusion.redeal(model, best_grid, cands[fails], memory["levels"], rng,
                                          stop=cancel, split_labels=memory["fine"])
@@ -301,10 +310,13 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
             best, best_grid, fails = comm, g, 0
             trace.append((clock(), best))
             on_best(best)
+            parts = (bound, kick)  # a new grid: both parts the elite had listed
+            if effort.should_stop():
+                break
             cands = listed(best_grid)
         else:
             fails += 1
-    memory["exploring"] = (best_grid.tobytes(), fails)
+    memory["exploring"] = (best_grid.tobytes(), parts, fails)
     if tried == 0:
         return None
     return Walk(best_grid, best, strategy, effort.nfev - start_nfev, 0, 0, trace)

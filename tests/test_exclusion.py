@@ -121,10 +121,12 @@ def test_an_explorer_tempers_where_datap_does_not_rule_and_the_elite_moves(monke
     listed = []
     real = exclusion.kicks
     monkeypatch.setattr(exclusion, "kicks", lambda *a: listed.append(1) or real(*a))
-    walk = temper(model, grid, fun, np.random.default_rng(0), Effort(200_000), {}, seed=[0, 1],
-                  clock=time.monotonic, cancel=lambda: False, explorer=True)
-    assert "exclusion" not in walk.strategy and "split" not in walk.strategy and walk.fun <= fun
-    assert not listed  # a first elite is not stalled: no kicks
+    memory = {}
+    for elite in (grid, grid[:, ::-1].copy()):  # a first elite, then another: neither stalled
+        walk = temper(model, elite, model.score_grid(elite).comm, np.random.default_rng(0), Effort(200_000),
+                      memory, seed=[0, 1], clock=time.monotonic, cancel=lambda: False, explorer=True)
+        assert "exclusion" not in walk.strategy and "split" not in walk.strategy and walk.fun <= fun
+    assert not listed
 
 
 def test_a_stalled_elite_gets_split_kicks_only_where_datap_does_not_rule(monkeypatch):
@@ -141,11 +143,11 @@ def test_a_stalled_elite_gets_split_kicks_only_where_datap_does_not_rule(monkeyp
         tried.append(cand.kind) or (g, fun + 1.0, 10)))
     memory = {}
     budget = 3 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2
-    for _ in range(2):
+    for want in ([], ["split", "split"], ["split", "split"]):  # first, stalled, kicked already
         walk = temper(model, grid, fun, np.random.default_rng(0), Effort(budget), memory, seed=[0, 1],
                       clock=time.monotonic, cancel=lambda: False, explorer=True)
-        assert walk.fun <= fun  # handed the same elite again: the second walk is stalled
-    assert tried == ["split", "split"] and memory["explored"] == grid.tobytes()
+        assert walk.fun <= fun and tried == want and walk.iterations > 0  # the ladder ran
+    assert memory["kicked"] == grid.tobytes() and "explored" not in memory
 
 
 @pytest.mark.slow
@@ -169,7 +171,7 @@ def test_split_kicks_leave_a_layout_that_every_move_of_the_search_kept():
 
 
 def test_kicks_are_the_best_scored_splits_within_the_slack():
-    from solver.rebalance import _Scorer
+    from solver.rebalance import _Scorer, _splits
 
     _, model, grid = _alternating()
     lv, fine = levels(model), fine_level(model)
@@ -184,6 +186,8 @@ def test_kicks_are_the_best_scored_splits_within_the_slack():
     assert all(a <= b + 1e-9 for a, b in zip(exact, exact[1:]))
     assert all(e <= s + 1e-9 for e, s in zip(exact, scored))
     assert all(e < now * (1 + exclusion.KICK_SLACK) for e in exact)
+    every = [r[0] for lab in lv + [fine] for r in _splits(model, grid, cols, lab, scorer, 1e300, lambda: False)]
+    assert exact[0] == pytest.approx(min(every), rel=1e-9)
     assert exclusion.kicks(model, grid, lv, fine, stop=lambda: True) == []  # a cancelled scan
 
 
@@ -202,7 +206,8 @@ def test_an_exploring_walk_is_a_function_of_its_inputs_and_goes_on_where_it_stop
     assert a is not None and b is not None
     assert np.array_equal(a.grid, b.grid) and a.fun == b.fun and a.nfev == b.nfev
     assert a.fun == pytest.approx(model.score_grid(a.grid).comm, rel=1e-12)
-    key, fails = first["exploring"]
+    key, parts, fails = first["exploring"]
+    assert parts == (True, False)  # DataP rules the plateau; a first walk is not stalled
     assert first["exploring"] == again["exploring"]
     if a.fun < fun:
         assert a.strategy.endswith(("confinement, then segment rebalance", "exclusion, then segment rebalance"))
@@ -211,7 +216,7 @@ def test_an_exploring_walk_is_a_function_of_its_inputs_and_goes_on_where_it_stop
         assert key == grid.tobytes() and fails == 2
         offset = first["offset"]
         walk(first)
-        assert first["offset"] == offset and first["exploring"][1] == 4
+        assert first["offset"] == offset and first["exploring"][2] == 4
 
 
 def test_a_cancelled_explorer_hands_back_the_grid_it_had():
@@ -246,6 +251,7 @@ def test_once_every_candidate_failed_the_walk_tempers_for_the_rest(monkeypatch):
     monkeypatch.setattr(exclusion, "redeal", failing)
     monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [exclusion.Candidate(
         "confinement", np.zeros(model.n, dtype=np.int64), np.zeros((8, 1), dtype=np.int64))] * 2)
+    monkeypatch.setattr(exclusion, "kicks", lambda *a: [])  # the stalled second walk's: none
     memory = {}
     budget = 3 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2  # three tries' worth: two fail, then the ladder
     walk = temper(model, grid, fun, np.random.default_rng(0), Effort(budget), memory, seed=[0, 1],
