@@ -197,7 +197,7 @@ def kicks(model, grid: np.ndarray, level_labels: list[np.ndarray],
     start) ends the scan with what it has found."""
     cols = [grid[:, s] for s in range(grid.shape[1])]
     scorer = _Scorer(model, cols)
-    fun = float(scorer.dp.max() + 2.0 * scorer.edges.sum())
+    fun = scorer.current()
     found, seen = [], set()
     for lab in level_labels + ([hosts] if hosts is not None else []):
         split = _splits(model, grid, cols, lab, scorer, fun * (1.0 + KICK_SLACK), stop)

@@ -326,6 +326,10 @@ class _Scorer:
     def _edge(self, x: np.ndarray, y: np.ndarray) -> float:
         return float(bottleneck_matching(self.model.t_pp[np.ix_(x, y)])[0])
 
+    def current(self) -> float:
+        """Comm of the groups as given, in their order, with exact matchings."""
+        return float(self.dp.max() + 2.0 * self.edges.sum())
+
     def comm(self, new: list[np.ndarray], a: int, b: int) -> float:
         p = len(new)
         outside = np.concatenate([self.dp[:a], self.dp[b + 1:]])
