@@ -1,4 +1,4 @@
-"""The compiled kernels (solver/tempering.c, matching.c, path.c): built on first use, else numpy.
+"""The compiled kernels (solver/tempering.c, matching.c, path.c, redeal.c): built on first use, else numpy.
 
 ``kernel()`` returns the loaded ``pt_run`` function, or None when it cannot be had; the
 search then steps its chains in numpy (solver.tempering): about 20x slower, and without
@@ -8,7 +8,9 @@ or None; solver.matching then runs its threshold search in Python. Both give the
 bottleneck value; where several matchings reach it they may pick different ones.
 ``held_karp()`` returns the compiled Held-Karp path (``held_karp``, the same path as the
 numpy version), or None; ``swap_scorer()`` the local search's batch scoring
-(``swap_scores`` in solver/tempering.c, sharing the ladder's incremental helpers), or None.
+(``swap_scores`` in solver/tempering.c, sharing the ladder's incremental helpers), or None;
+``redealer()`` a rebalanced segment's groups and Comm (``redeal_score``, solver/redeal.c,
+the same greedy as solver.rebalance's Python), or None.
 
 Build: ``$CC`` (default ``gcc``) ``-O3 -shared -fPIC`` into a per-user cache folder,
 ``$XDG_CACHE_HOME/geoconsole`` (default ``~/.cache/geoconsole``), as
@@ -19,7 +21,8 @@ that is loaded, opened without following links), so nobody else can swap the cod
 process runs. The
 build writes a temporary file and renames it into place, so concurrent first uses
 (worker processes) never load a half-written library. ``GEOCONSOLE_NATIVE=0`` turns all of it off
-(tempering, matchings, Held-Karp and the batch scoring go back to numpy and Python).
+(tempering, matchings, Held-Karp, the batch scoring and the redeals go back to numpy and
+Python).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("tempering.c", "matching.c", "path.c"))
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("tempering.c", "matching.c", "path.c", "redeal.c"))
 CFLAGS = ("-O3", "-shared", "-fPIC", "-std=c99", "-lm")
 BUILD_TIMEOUT_S = 60
 
@@ -115,6 +118,7 @@ _SIGNATURES = {
     "match": ("bottleneck_match", [_I, _P, _P], _D),
     "path": ("held_karp", [_I, _P, _P], _D),
     "scores": ("swap_scores", [_I, _I, _P, _P, _P, _I64, _P, _P, _P, _P], _I),
+    "redeal": ("redeal_score", [_I, _P, _P, _P, _I, _I, _I, _P, _P, _P, _I, _I, _P, _P], _D),
 }
 
 
@@ -145,6 +149,11 @@ def held_karp():
 def swap_scorer():
     """The compiled ``swap_scores`` (solver.localsearch's batch), or None."""
     return _compiled("scores")
+
+
+def redealer():
+    """The compiled ``redeal_score`` (solver.rebalance's segment candidates), or None."""
+    return _compiled("redeal")
 
 
 def disable(why: str) -> None:

@@ -81,7 +81,13 @@ Splitting tries, at the fine level only, each segment's ``k - 1`` split points w
 most SPLIT_MOST count vectors each (a depth-first search over the hosts' admissible
 shares, at most SPLIT_NODES nodes): about 0.06 s a pass on the 16 x 4 and 10 x 8 grids.
 Levels come from the model's minimum spanning tree (solver.spanning, built once per
-model, O(N^2)), then O(N) each.
+model, O(N^2)), then O(N) each. Each candidate is redealt and scored in solver/redeal.c
+when the kernels are loaded (``_Scorer.redealt``: the same groups as ``_redeal``, 23 us a
+candidate on the 16 x 4 grid and 95 us on the 8 x 24 one against 0.4-0.6 ms in Python),
+which took a 16 x 4 walk's rebalancing from 4.3 s to 1.7 s of a 10 s solve (one worker)
+and left the time to the tempering ladder; at ``--time-limit 10``, seeds 0-3, mean Comm
+fell on five of eight suite instances (h80 draw 0 45.05 -> 44.25 s, h96 draw 1 41.24 ->
+40.78 s, 16 x 4 draw 1 24.45 -> 24.19 s) and moved within noise on the rest.
 """
 
 from __future__ import annotations
@@ -90,6 +96,7 @@ from typing import Callable
 
 import numpy as np
 
+from solver import native
 from solver.matching import bottleneck_matching
 from solver.spanning import spanning_tree
 
@@ -118,6 +125,9 @@ FOLLOW = True
 FOLLOW_SLACK = 0.15
 #: Gathered segments followed per pass (the best by their Comm in the current order).
 FOLLOW_TRY = 2
+#: Whether candidates are redealt and scored in solver/redeal.c when it is loaded (the
+#: Python greedy otherwise, about 1 ms of interpreter time a candidate).
+REDEAL_NATIVE = True
 #: Most improving rebalances applied in one call.
 MAX_MOVES = 4
 #: Rebalanced segments descended per pass, and as many gathered and as many split ones
@@ -298,14 +308,21 @@ def _gathered(vec: np.ndarray) -> np.ndarray:
     total = vec.sum(axis=0)
     k, r = vec.shape[0], int(vec[0].sum())
     m = vec.shape[1]
-    pool = [np.bincount([c] * r, minlength=m) for c in range(m) for _ in range(int(total[c]) // r)]
+    rows = vec.tolist()
+    pool = [[r if c == d else 0 for d in range(m)] for c in range(m) for _ in range(int(total[c]) // r)]
     rem = total % r
     order = np.argsort(-rem, kind="stable")
-    dealt = np.repeat(order, rem[order])
-    pool += [np.bincount(row, minlength=m) for row in dealt.reshape(-1, r)]
+    dealt = np.repeat(order, rem[order]).tolist()
+    for i in range(0, len(dealt), r):
+        counts = [0] * m
+        for c in dealt[i:i + r]:
+            counts[c] += 1
+        pool.append(counts)
     out = np.empty_like(vec)
-    for j in np.argsort(-vec.max(axis=1), kind="stable"):
-        best = max(range(len(pool)), key=lambda t: (int(np.minimum(vec[j], pool[t]).sum()), -t))
+    for j in np.argsort(-vec.max(axis=1), kind="stable").tolist():
+        mine = rows[j]
+        shared = [sum(map(min, mine, dealt)) for dealt in pool]
+        best = shared.index(max(shared))  # the most shared devices, the first dealt on ties
         out[j] = pool.pop(best)
     return out
 
@@ -317,8 +334,19 @@ class _Scorer:
 
     def __init__(self, model, cols: list[np.ndarray]) -> None:
         self.model = model
+        self.cols = cols
         self.dp = np.array([self._data_p(c) for c in cols])
         self.edges = np.array([self._edge(x, y) for x, y in zip(cols, cols[1:])])
+        self._native = None
+        if REDEAL_NATIVE and native.redealer() is not None and len(cols) > 1:
+            keep = (np.ascontiguousarray(model.t_dp, dtype=float),
+                    np.ascontiguousarray(model.t_pp, dtype=float),
+                    np.ascontiguousarray(np.stack(cols), dtype=np.int64),
+                    np.ascontiguousarray(self.dp, dtype=float),
+                    np.ascontiguousarray(self.edges, dtype=float))
+            self._keep = keep  # the arrays behind the addresses below
+            self._native = (native.redealer(), [a.ctypes.data for a in keep], keep[2].shape)
+            self._labs: dict[int, tuple] = {}
 
     def _data_p(self, col: np.ndarray) -> float:
         return float(self.model.t_dp[np.ix_(col, col)].sum(axis=1).max())
@@ -329,6 +357,25 @@ class _Scorer:
     def current(self) -> float:
         """Comm of the groups as given, in their order, with exact matchings."""
         return float(self.dp.max() + 2.0 * self.edges.sum())
+
+    def redealt(self, lo: int, hi: int, lab: np.ndarray, targets: np.ndarray) -> tuple[float, list[np.ndarray]]:
+        """The groups with ``lo .. hi`` redealt to ``targets`` (``_redeal``) and their Comm
+        (``comm``): in solver/redeal.c when it is loaded (same greedy; sums in another
+        order, so exact ties may break differently), else in Python."""
+        if self._native is not None:
+            fn, (t_dp, t_pp, cols, dp, edges), (p, r) = self._native
+            if id(lab) not in self._labs:
+                labs = np.ascontiguousarray(lab, dtype=np.int64)
+                self._labs[id(lab)] = (lab, labs, labs.ctypes.data)  # lab kept: its id stays its own
+            labs, address = self._labs[id(lab)][1:]
+            t = np.ascontiguousarray(targets, dtype=np.int64)
+            out = np.empty((hi - lo + 1, r), dtype=np.int64)
+            value = fn(self.model.n, t_dp, t_pp, address, t.shape[1], p, r, cols, dp, edges,
+                       lo, hi, t.ctypes.data, out.ctypes.data)
+            if value == value:  # NaN: out of memory there; Python answers
+                return value, self.cols[:lo] + list(out) + self.cols[hi + 1:]
+        new = self.cols[:lo] + _redeal(self.model.t_dp, self.cols[lo:hi + 1], lab, targets) + self.cols[hi + 1:]
+        return self.comm(new, lo, hi), new
 
     def comm(self, new: list[np.ndarray], a: int, b: int) -> float:
         p = len(new)
@@ -354,8 +401,7 @@ def _splits(model, grid: np.ndarray, cols: list[np.ndarray], lab: np.ndarray, sc
         for b in range(a + 1, p):
             for k1 in range(1, b - a + 1):
                 for t in _split_runs(vec[a:b + 1], k1):
-                    new = cols[:a] + _redeal(model.t_dp, cols[a:b + 1], lab, t) + cols[b + 1:]
-                    comm = scorer.comm(new, a, b)
+                    comm, new = scorer.redealt(a, b, lab, t)
                     if comm < best - 1e-12 * max(1.0, best):
                         out.append((comm, len(out), new))
     return out
@@ -404,14 +450,12 @@ def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: floa
                     if (tries or GATHER) and stop():
                         return (best_grid, best, nfev) if moved else None
                     for lo, hi, t in tries:
-                        new = cols[:lo] + _redeal(model.t_dp, cols[lo:hi + 1], lab, t) + cols[hi + 1:]
-                        found.append((scorer.comm(new, lo, hi), len(found), new))
+                        comm, new = scorer.redealt(lo, hi, lab, t)
+                        found.append((comm, len(found), new))
                     if GATHER:
                         t = _gathered(vec[a:b + 1])
                         if (t != vec[a:b + 1]).any():
-                            mid = _redeal(model.t_dp, cols[a:b + 1], lab, t)
-                            new = cols[:a] + mid + cols[b + 1:]
-                            comm = scorer.comm(new, a, b)
+                            comm, new = scorer.redealt(a, b, lab, t)
                             if comm < best - 1e-12 * max(1.0, best):
                                 gathered.append((comm, len(gathered), new))
                             elif follow and comm < best * (1.0 + FOLLOW_SLACK):
