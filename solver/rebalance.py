@@ -87,7 +87,11 @@ candidate on the 16 x 4 grid and 95 us on the 8 x 24 one against 0.4-0.6 ms in P
 which took a 16 x 4 walk's rebalancing from 4.3 s to 1.7 s of a 10 s solve (one worker)
 and left the time to the tempering ladder; at ``--time-limit 10``, seeds 0-3, mean Comm
 fell on five of eight suite instances (h80 draw 0 45.05 -> 44.25 s, h96 draw 1 41.24 ->
-40.78 s, 16 x 4 draw 1 24.45 -> 24.19 s) and moved within noise on the rest.
+40.78 s, 16 x 4 draw 1 24.45 -> 24.19 s) and moved within noise on the rest. The time
+saved went to more candidates: TRY 2 -> 3 descended per kind and SPLIT_MOST 4 -> 8
+count vectors per split point (kicks included), which at ``--time-limit 10``, seeds 0-3,
+lowered the mean Comm on six of seven suite instances (16 x 4 draw 0 36.13 -> 35.07 s,
+h80 draw 1 31.68 -> 30.96 s, h192 draw 0 36.90 -> 36.68 s; h80 draw 0 44.55 -> 44.64 s).
 """
 
 from __future__ import annotations
@@ -113,7 +117,7 @@ GATHER = True
 #: vectors each (``_split_runs``).
 SPLIT = True
 #: Count vectors tried per split point, and the most search nodes spent finding them.
-SPLIT_MOST = 4
+SPLIT_MOST = 8
 SPLIT_NODES = 500
 #: The fine level's components: at most N / FINE_SHARE (hosts of two or more devices),
 #: cut where one tree weight is at least FINE_JUMP times the one below it.
@@ -132,7 +136,7 @@ REDEAL_NATIVE = True
 MAX_MOVES = 4
 #: Rebalanced segments descended per pass, and as many gathered and as many split ones
 #: (the best by their Comm in the current order)...
-TRY = 2
+TRY = 3
 #: ... each for this many local-search sweeps (N^2 scored swaps each).
 DESCENT_SWEEPS = 1.0
 
@@ -366,11 +370,12 @@ class _Scorer:
             fn, (t_dp, t_pp, cols, dp, edges), (p, r) = self._native
             if id(lab) not in self._labs:
                 labs = np.ascontiguousarray(lab, dtype=np.int64)
-                self._labs[id(lab)] = (lab, labs, labs.ctypes.data)  # lab kept: its id stays its own
-            labs, address = self._labs[id(lab)][1:]
+                # lab kept: its id stays its own; the C side indexes counts by label
+                self._labs[id(lab)] = (lab, labs, labs.ctypes.data, int(labs.min()), int(labs.max()))
+            labs, address, least, most = self._labs[id(lab)][1:]
             t = np.ascontiguousarray(targets, dtype=np.int64)
             out = np.empty((hi - lo + 1, r), dtype=np.int64)
-            value = fn(self.model.n, t_dp, t_pp, address, t.shape[1], p, r, cols, dp, edges,
+            value = float("nan") if least < 0 or most >= t.shape[1] or t.shape[0] != hi - lo + 1 else fn(self.model.n, t_dp, t_pp, address, t.shape[1], p, r, cols, dp, edges,
                        lo, hi, t.ctypes.data, out.ctypes.data)
             if value == value:  # NaN: out of memory there; Python answers
                 return value, self.cols[:lo] + list(out) + self.cols[hi + 1:]

@@ -37,14 +37,20 @@ def _plateau():
     return _recorded(PLATEAU)
 
 
-def _kept_by_rebalancing(recorded):
-    """A recorded layout, its Comm, levels and hosts' level, checked to be one that
-    rebalancing (every level, the hosts' splits) leaves as it is."""
+def _kept_by_rebalancing(recorded, most: int = 4):
+    """A recorded layout taken to where rebalancing (every level, the hosts' splits)
+    leaves it as it is (at most ``most`` calls; checked), with its Comm, levels and
+    hosts' level. Rebalancing may shave a little off a recorded layout as its candidate
+    lists grow; what the tests need is a layout it keeps."""
     fabric, model, grid = recorded()
     before = model.score_grid(grid).comm
     lv, fine = levels(model), fine_level(model)
-    assert rebalance(model, grid, lv, before, np.random.default_rng(0), split_labels=fine) is None
-    return fabric, model, grid, before, lv, fine
+    for _ in range(most):
+        out = rebalance(model, grid, lv, before, np.random.default_rng(0), split_labels=fine)
+        if out is None:
+            return fabric, model, grid, before, lv, fine
+        grid, before = out[0], out[1]
+    raise AssertionError(f"rebalancing still moves the recorded layout after {most} calls")
 
 
 def _alternating():
