@@ -87,7 +87,11 @@ def run_sa(names, known, draw=0) -> dict:
 
 
 def pct(v: float, ref: float) -> str:
-    return f"+{100 * (v / ref - 1):.1f}%" if v == v else "-"
+    """``v`` above ``ref`` in percent, signed ("+0.0%" for a rounding error below it)."""
+    if v != v:
+        return "-"
+    above = 100 * (v / ref - 1)
+    return f"{above:+.1f}%" if round(above, 1) != 0 else "+0.0%"
 
 
 def main(argv: list[str]) -> None:
