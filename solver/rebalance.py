@@ -82,7 +82,7 @@ most SPLIT_MOST count vectors each (a depth-first search over the hosts' admissi
 shares, at most SPLIT_NODES nodes): about 0.06 s a pass on the 16 x 4 and 10 x 8 grids.
 Levels come from the model's minimum spanning tree (solver.spanning, built once per
 model, O(N^2)), then O(N) each. Each candidate is redealt and scored in solver/redeal.c
-when the kernels are loaded (``_Scorer.redealt``: the same groups as ``_redeal``, 23 us a
+when the kernels are loaded (``_Scorer.redealt``: the greedy of ``_redeal``, 23 us a
 candidate on the 16 x 4 grid and 95 us on the 8 x 24 one against 0.4-0.6 ms in Python),
 which took a 16 x 4 walk's rebalancing from 4.3 s to 1.7 s of a 10 s solve (one worker)
 and left the time to the tempering ladder; at ``--time-limit 10``, seeds 0-3, mean Comm
@@ -365,7 +365,8 @@ class _Scorer:
     def redealt(self, lo: int, hi: int, lab: np.ndarray, targets: np.ndarray) -> tuple[float, list[np.ndarray]]:
         """The groups with ``lo .. hi`` redealt to ``targets`` (``_redeal``) and their Comm
         (``comm``): in solver/redeal.c when it is loaded (same greedy; sums in another
-        order, so exact ties may break differently), else in Python."""
+        order, so costs equal in exact arithmetic may break ties differently), else in
+        Python."""
         if self._native is not None:
             fn, (t_dp, t_pp, cols, dp, edges), (p, r) = self._native
             if id(lab) not in self._labs:
@@ -375,9 +376,11 @@ class _Scorer:
             labs, address, least, most = self._labs[id(lab)][1:]
             t = np.ascontiguousarray(targets, dtype=np.int64)
             out = np.empty((hi - lo + 1, r), dtype=np.int64)
-            value = float("nan") if least < 0 or most >= t.shape[1] or t.shape[0] != hi - lo + 1 else fn(self.model.n, t_dp, t_pp, address, t.shape[1], p, r, cols, dp, edges,
+            fits = (0 <= least and most < t.shape[1] and len(labs) == self.model.n
+                    and 0 <= lo <= hi < p and t.shape[0] == hi - lo + 1)
+            value = float("nan") if not fits else fn(self.model.n, t_dp, t_pp, address, t.shape[1], p, r, cols, dp, edges,
                        lo, hi, t.ctypes.data, out.ctypes.data)
-            if value == value:  # NaN: out of memory there; Python answers
+            if value == value:  # NaN: out of memory, or targets it cannot meet; Python answers
                 return value, self.cols[:lo] + list(out) + self.cols[hi + 1:]
         new = self.cols[:lo] + _redeal(self.model.t_dp, self.cols[lo:hi + 1], lab, targets) + self.cols[hi + 1:]
         return self.comm(new, lo, hi), new

@@ -2,6 +2,9 @@
  * with it, in the current order (see solver/rebalance.py: _redeal and _Scorer.comm; the
  * same greedy, written once more here because the Python version spends about a
  * millisecond of interpreter time on each of the thousands of candidates a pass scores).
+ * Its sums run in another order than numpy's, so two costs equal in exact arithmetic
+ * (rows holding the same values in another order) may round apart and break a tie
+ * differently; otherwise the groups are the Python version's.
  *
  * Redeal, per group j of the segment (devices in their stored order):
  *   1. for each component c (ascending) the group holds more of than targets[j][c], the

@@ -251,19 +251,27 @@ def test_a_gathered_run_is_followed_by_a_fine_rebalance(monkeypatch):
     assert sorted(new.ravel().tolist()) == list(range(64))
 
 
-def test_compiled_redeal_matches_the_python_greedy():
+def test_compiled_redeal_matches_the_python_greedy(monkeypatch):
     """solver/redeal.c deals every candidate segment into the same groups as the Python
-    greedy and scores them the same (the sums' order aside): on random layouts of a
-    three-site fabric, every segment redealt to its gathered, equal-split and anchored
-    count vectors, at every level and the sites' own labels."""
+    greedy and scores them the same (the sums' order aside; random costs, so no two are
+    equal in exact arithmetic): on random layouts of a three-site fabric, every segment
+    redealt to its gathered, equal-split and anchored (either side) count vectors, at
+    every level and the sites' own labels. The Python greedy is turned off inside
+    ``redealt``, so every answer there is the compiled one."""
     import pytest
 
+    import solver.rebalance as rb
     from solver import native
-    from solver.rebalance import (_anchored, _counts, _gathered, _redeal, _Scorer,
-                                  _split_runs)
+    from solver.rebalance import _anchored, _counts, _gathered, _Scorer, _split_runs
 
     if native.redealer() is None:
         pytest.skip(f"compiled kernels unavailable: {native.why_not()}")
+    python_redeal = rb._redeal
+
+    def refused(*a, **k):
+        raise AssertionError("redealt fell back to Python")
+
+    monkeypatch.setattr(rb, "_redeal", refused)
     model, site = _sites([10, 7, 7], 6, 4, seed=3)
     rng = np.random.default_rng(5)
     checked = 0
@@ -276,13 +284,16 @@ def test_compiled_redeal_matches_the_python_greedy():
             vec = _counts(grid, lab)
             for a in range(5):
                 for b in range(a + 1, 6):
+                    total = vec[a:b + 1].sum(axis=0)
                     tries = [(a, b, _gathered(vec[a:b + 1]))]
                     tries += [(a, b, t) for k1 in range(1, b - a + 1) for t in _split_runs(vec[a:b + 1], k1)]
                     if a:
-                        tries += [(a - 1, b, t) for t in _anchored(vec[a:b + 1].sum(axis=0), b - a + 1, vec[a - 1])]
+                        tries += [(a - 1, b, t) for t in _anchored(total, b - a + 1, vec[a - 1])]
+                    if b + 1 < 6:
+                        tries += [(a, b + 1, t[np.r_[1:len(t), 0]]) for t in _anchored(total, b - a + 1, vec[b + 1])]
                     for lo, hi, t in tries:
                         comm, new = scorer.redealt(lo, hi, lab, t)
-                        want = cols[:lo] + _redeal(model.t_dp, cols[lo:hi + 1], lab, t) + cols[hi + 1:]
+                        want = cols[:lo] + python_redeal(model.t_dp, cols[lo:hi + 1], lab, t) + cols[hi + 1:]
                         assert all(np.array_equal(x, y) for x, y in zip(new, want))
                         assert comm == pytest.approx(scorer.comm(want, lo, hi), rel=1e-12)
                         assert sorted(np.concatenate(new).tolist()) == list(range(model.n))
