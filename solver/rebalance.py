@@ -325,7 +325,7 @@ def _gathered(vec: np.ndarray) -> np.ndarray:
     out = np.empty_like(vec)
     for j in np.argsort(-vec.max(axis=1), kind="stable").tolist():
         mine = rows[j]
-        shared = [sum(map(min, mine, dealt)) for dealt in pool]
+        shared = [sum(map(min, mine, other)) for other in pool]
         best = shared.index(max(shared))  # the most shared devices, the first dealt on ties
         out[j] = pool.pop(best)
     return out
@@ -371,15 +371,15 @@ class _Scorer:
             fn, (t_dp, t_pp, cols, dp, edges), (p, r) = self._native
             if id(lab) not in self._labs:
                 labs = np.ascontiguousarray(lab, dtype=np.int64)
-                # lab kept: its id stays its own; the C side indexes counts by label
-                self._labs[id(lab)] = (lab, labs, labs.ctypes.data, int(labs.min()), int(labs.max()))
-            labs, address, least, most = self._labs[id(lab)][1:]
+                # the C side indexes counts by label: the components it needs, or None
+                need = int(labs.max()) + 1 if len(labs) == self.model.n and labs.min() >= 0 else None
+                self._labs[id(lab)] = (lab, labs, labs.ctypes.data, need)  # lab kept: its id stays its own
+            labs, address, need = self._labs[id(lab)][1:]
             t = np.ascontiguousarray(targets, dtype=np.int64)
             out = np.empty((hi - lo + 1, r), dtype=np.int64)
-            fits = (0 <= least and most < t.shape[1] and len(labs) == self.model.n
-                    and 0 <= lo <= hi < p and t.shape[0] == hi - lo + 1)
-            value = float("nan") if not fits else fn(self.model.n, t_dp, t_pp, address, t.shape[1], p, r, cols, dp, edges,
-                       lo, hi, t.ctypes.data, out.ctypes.data)
+            fits = need is not None and need <= t.shape[1] and 0 <= lo <= hi < p and t.shape[0] == hi - lo + 1
+            value = float("nan") if not fits else fn(self.model.n, t_dp, t_pp, address, t.shape[1], p, r, cols,
+                                                      dp, edges, lo, hi, t.ctypes.data, out.ctypes.data)
             if value == value:  # NaN: out of memory, or targets it cannot meet; Python answers
                 return value, self.cols[:lo] + list(out) + self.cols[hi + 1:]
         new = self.cols[:lo] + _redeal(self.model.t_dp, self.cols[lo:hi + 1], lab, targets) + self.cols[hi + 1:]
