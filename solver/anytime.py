@@ -69,7 +69,13 @@ runs' noise (16 x 4 draw 2 24.71 -> 24.43 s, 8 x 8 draw 1 20.19 -> 20.11 s, 10 x
 draw 0 44.44 -> 44.75 s, 12 x 8 draw 2 40.69 -> 41.03 s, one seed of each of the
 last two at +2-3%). Kicking every elite instead of a stalled one cost the odd
 worker's ladder where it still improves: 12 x 8 draw 2 40.69 -> 41.92 s, 10 x 8
-draw 0 44.44 -> 45.10 s.
+draw 0 44.44 -> 45.10 s. A nearly stalled elite (improved by less than NEAR_STALL in the
+last round) gets its NEAR_KICKS best kicks: runs crawling 0.1% a round on 16 x 4 (40.78
+-> 40.67 s) got no kick for seconds, where one kick from such a recorded layout (39.87
+s) reached 35.03 s in 0.23 s. Against the search without it (one session, 10 s, 2
+workers): 10-seed means h192 draw 0 36.88 -> 36.74 s, h80 draw 1 31.42 -> 31.39 s,
+16 x 4 draw 1 24.44 -> 24.28 s; 5-seed means of the rest of both draws within 0.5%
+either way (h64-8x8 draw 0 24.04 -> 24.16 s, draw 1 20.03 -> 19.98 s): within noise.
 
 Cost: the ladder's steps (O(K D_DP) each, solver.tempering), then one descent
 of at most DESCENT_SWEEPS local-search sweeps (O(N^2 D_DP) array work each) and
@@ -114,6 +120,10 @@ EXPLORE = True
 #: Whether explorers also try split kicks (solver.exclusion.kicks) on an elite that no
 #: walk of the last round improved, whatever its DataP.
 KICK = True
+#: An elite that the last round improved by less than this share of its Comm is *nearly*
+#: stalled: explorers try its NEAR_KICKS best split kicks (all KICKS once it stalls).
+NEAR_STALL = 0.005
+NEAR_KICKS = 2
 #: Without a clock an exploring walk tries as many candidates as its budget of scored
 #: swaps buys at this many per D_PP^2 each (a candidate's rebalancing scans the
 #: O(D_PP^2) segments): about its time in ladder proposals (0.15 us each), so the
@@ -165,10 +175,13 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     start_nfev, start_nit = effort.nfev, effort.nit
     strategy, trace = "", []
     stalled = memory.get("elite") == grid.tobytes()  # no walk improved it last round
-    memory["elite"] = grid.tobytes()
+    last = memory.get("elite_fun")
+    nearly = not stalled and last is not None and last - fun < NEAR_STALL * last
+    memory["elite"], memory["elite_fun"] = grid.tobytes(), fun
     if explorer and EXPLORE:
         walk = explore(model, grid, fun, rng, effort, memory, clock=clock, cancel=cancel,
-                       on_best=on_best, strategy_prefix=strategy_prefix, stalled=stalled)
+                       on_best=on_best, strategy_prefix=strategy_prefix,
+                       stalled=stalled or nearly, kicks=exclusion.KICKS if stalled else NEAR_KICKS)
         if walk is not None:
             if effort.should_stop() or memory.get("done") != walk.grid.tobytes():
                 return walk
@@ -244,7 +257,7 @@ def _levels(model, memory: dict) -> None:
 def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort: Effort,
             memory: dict, *, clock: Callable[[], float], cancel: Callable[[], bool],
             on_best: Callable[[float], None] = lambda f: None, strategy_prefix: str = "",
-            stalled: bool = False) -> Walk | None:
+            stalled: bool = False, kicks: int = exclusion.KICKS) -> Walk | None:
     """An explorer's walk: whole-grid redeals (solver.exclusion) of the elite, one after
     another, each from the best so far, until the walk's budget or clock ends. The
     candidates of a grid are taken in turn, confinements first, each list from a
@@ -252,16 +265,18 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     from the first after each improvement; a walk from the grid the last walk ended
     on goes on where it stopped.
 
-    A ``stalled`` elite (no walk of the last round improved it) also gets its split kicks
-    (solver.exclusion.kicks, after the confinements and exclusions when DataP rules,
-    alone otherwise): a segment dealt into two runs of equal vectors, descended and
-    rebalanced whatever its first score. Only on a stalled elite because a kick costs
-    about what a candidate costs, and while the ladder still improves, the worker's
-    time is worth more there (module text).
+    A ``stalled`` elite also gets its first ``kicks`` split kicks (solver.exclusion.kicks,
+    after the confinements and exclusions when DataP rules, alone otherwise): a segment
+    dealt into two runs of equal vectors, descended and rebalanced whatever its first
+    score. The caller (``temper``) calls an elite stalled when no walk of the last round
+    improved it (all KICKS kicks) or improved it by less than NEAR_STALL (its NEAR_KICKS
+    best). Only then because a kick costs about what a candidate costs, and while the
+    ladder still improves, the worker's time is worth more there (module text).
 
     The redeals are listed while the elite's DataP is at least EXCLUDE_SHARE of its
     Comm, the kicks while it is stalled; each part once per grid (``memory``:
-    "explored" and "kicked" hold the last grid whose redeals, or kicks, all failed).
+    "explored" holds the last grid whose redeals all failed, "kicked" the last grid whose
+    first ``kicks`` kicks all failed, and that number).
     None (the caller tempers instead) when N exceeds DESCENT_FULL_N, or neither part is
     listed or left untried for this elite; ``memory["done"]`` is the walk's grid when
     the walk tried every candidate of it (the caller then tempers on)."""
@@ -272,7 +287,8 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     bound = score.data_p >= exclusion.EXCLUDE_SHARE * score.comm
     kick = KICK and stalled
     key = grid.tobytes()
-    parts = (bound and memory.get("explored") != key, kick and memory.get("kicked") != key)
+    kicked = memory.get("kicked", (b"", 0))  # (grid, how many of its kicks) that all failed
+    parts = (bound and memory.get("explored") != key, kick and (kicked[0] != key or kicked[1] < kicks))
     if not any(parts):
         return None
     _levels(model, memory)
@@ -287,7 +303,8 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
 
     def listed(g: np.ndarray) -> list:
         out = exclusion.candidates(model, g, memory["levels"], memory["fine"], memory["offset"]) if parts[0] else []
-        return out + (exclusion.kicks(model, g, memory["levels"], memory["fine"], cancel) if parts[1] else [])
+        return out + (exclusion.kicks(model, g, memory["levels"], memory["fine"], cancel)[:kicks]
+                      if parts[1] else [])
 
     cands = listed(best_grid)
     # without a clock, a walk tries as many as its budget buys at EXPLORE_PAIR_SWAPS each
@@ -299,7 +316,7 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
             if parts[0]:
                 memory["explored"] = done
             if parts[1]:
-                memory["kicked"] = done
+                memory["kicked"] = (done, kicks)
             break
         g, comm, nfev = exclusion.redeal(model, best_grid, cands[fails], memory["levels"], rng,
                                          stop=cancel, split_labels=memory["fine"])

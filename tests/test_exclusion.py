@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solver import exclusion
+from solver import anytime, exclusion
 from solver.anytime import EXPLORE_PAIR_SWAPS, explore, temper
 from solver.cost import CostModel
 from solver.descent import Effort
@@ -135,7 +135,8 @@ def test_an_explorer_tempers_where_datap_does_not_rule_and_the_elite_moves(monke
     real = exclusion.kicks
     monkeypatch.setattr(exclusion, "kicks", lambda *a: listed.append(1) or real(*a))
     memory = {}
-    for elite in (grid, grid[:, ::-1].copy()):  # a first elite, then another: neither stalled
+    # a first elite, then one better by far more than NEAR_STALL: neither (nearly) stalled
+    for elite in (grid.T.copy(), grid):
         walk = temper(model, elite, model.score_grid(elite).comm, np.random.default_rng(0), Effort(200_000),
                       memory, seed=[0, 1], clock=time.monotonic, cancel=lambda: False, explorer=True)
         assert "exclusion" not in walk.strategy and "split" not in walk.strategy and walk.fun <= fun
@@ -160,7 +161,31 @@ def test_a_stalled_elite_gets_split_kicks_only_where_datap_does_not_rule(monkeyp
         walk = temper(model, grid, fun, np.random.default_rng(0), Effort(budget), memory, seed=[0, 1],
                       clock=time.monotonic, cancel=lambda: False, explorer=True)
         assert walk.fun <= fun and tried == want and walk.iterations > 0  # the ladder ran
-    assert memory["kicked"] == grid.tobytes() and "explored" not in memory
+    assert memory["kicked"][0] == grid.tobytes() and "explored" not in memory
+
+
+def test_a_nearly_stalled_elite_gets_its_best_kicks_and_a_stalled_one_the_rest(monkeypatch):
+    """An elite within NEAR_STALL of the last one gets its NEAR_KICKS best kicks; handed
+    again unchanged (stalled) it gets the others, not those already tried."""
+    model = _two_regions_datap_light()
+    grid = np.arange(16).reshape(4, 4)
+    flipped = grid[:, ::-1].copy()  # another grid of the same Comm: improved by 0
+    fun = model.score_grid(grid).comm
+    assert model.score_grid(flipped).comm == pytest.approx(fun)
+    tried = []
+    monkeypatch.setattr(exclusion, "kicks", lambda *a: [exclusion.Candidate(
+        "split", np.full(16, i, dtype=np.int64), None, a[1]) for i in range(exclusion.KICKS)])
+    monkeypatch.setattr(exclusion, "redeal", lambda model, g, cand, *a, **k: (
+        tried.append(int(cand.labels[0])) or (g, fun + 1.0, 10)))
+    monkeypatch.setattr(anytime, "EXPLORE_PAIR_SWAPS", 100)  # a short ladder after the kicks
+    memory = {}
+    budget = 2 * exclusion.KICKS * 100 * grid.shape[1] ** 2
+    near = list(range(anytime.NEAR_KICKS))
+    for elite, want in ((grid, []), (flipped, near), (flipped, list(range(exclusion.KICKS)))):
+        walk = temper(model, elite, fun, np.random.default_rng(0), Effort(budget), memory, seed=[0, 1],
+                      clock=time.monotonic, cancel=lambda: False, explorer=True)
+        assert tried == want and walk.iterations > 0  # every kick failed: the ladder ran
+    assert memory["kicked"] == (flipped.tobytes(), exclusion.KICKS)
 
 
 @pytest.mark.slow
