@@ -181,7 +181,7 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     if explorer and EXPLORE:
         walk = explore(model, grid, fun, rng, effort, memory, clock=clock, cancel=cancel,
                        on_best=on_best, strategy_prefix=strategy_prefix,
-                       stalled=stalled or nearly, kicks=exclusion.KICKS if stalled else NEAR_KICKS)
+                       kicks=exclusion.KICKS if stalled else NEAR_KICKS if nearly else 0)
         if walk is not None:
             if effort.should_stop() or memory.get("done") != walk.grid.tobytes():
                 return walk
@@ -257,7 +257,7 @@ def _levels(model, memory: dict) -> None:
 def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort: Effort,
             memory: dict, *, clock: Callable[[], float], cancel: Callable[[], bool],
             on_best: Callable[[float], None] = lambda f: None, strategy_prefix: str = "",
-            stalled: bool = False, kicks: int = exclusion.KICKS) -> Walk | None:
+            kicks: int = 0) -> Walk | None:
     """An explorer's walk: whole-grid redeals (solver.exclusion) of the elite, one after
     another, each from the best so far, until the walk's budget or clock ends. The
     candidates of a grid are taken in turn, confinements first, each list from a
@@ -265,16 +265,17 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     from the first after each improvement; a walk from the grid the last walk ended
     on goes on where it stopped.
 
-    A ``stalled`` elite also gets its first ``kicks`` split kicks (solver.exclusion.kicks,
-    after the confinements and exclusions when DataP rules, alone otherwise): a segment
-    dealt into two runs of equal vectors, descended and rebalanced whatever its first
-    score. The caller (``temper``) calls an elite stalled when no walk of the last round
-    improved it (all KICKS kicks) or improved it by less than NEAR_STALL (its NEAR_KICKS
-    best). Only then because a kick costs about what a candidate costs, and while the
-    ladder still improves, the worker's time is worth more there (module text).
+    With ``kicks`` > 0 the elite also gets its first ``kicks`` split kicks
+    (solver.exclusion.kicks, after the confinements and exclusions when DataP rules,
+    alone otherwise): a segment dealt into two runs of equal vectors, descended and
+    rebalanced whatever its first score. The caller (``temper``) asks for them only for
+    a stalled elite: all KICKS when no walk of the last round improved it, its NEAR_KICKS
+    best when the round improved it by less than NEAR_STALL. Only then because a kick
+    costs about what a candidate costs, and while the ladder still improves, the
+    worker's time is worth more there (module text).
 
     The redeals are listed while the elite's DataP is at least EXCLUDE_SHARE of its
-    Comm, the kicks while it is stalled; each part once per grid (``memory``:
+    Comm, the kicks when asked for; each part once per grid (``memory``:
     "explored" holds the last grid whose redeals all failed, "kicked" the last grid whose
     first ``kicks`` kicks all failed, and that number).
     None (the caller tempers instead) when N exceeds DESCENT_FULL_N, or neither part is
@@ -285,7 +286,7 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     if model.n > DESCENT_FULL_N or score.comm <= 0:
         return None
     bound = score.data_p >= exclusion.EXCLUDE_SHARE * score.comm
-    kick = KICK and stalled
+    kick = KICK and kicks > 0
     key = grid.tobytes()
     kicked = memory.get("kicked", (b"", 0))  # (grid, how many of its kicks) that all failed
     parts = (bound and memory.get("explored") != key, kick and (kicked[0] != key or kicked[1] < kicks))
