@@ -77,6 +77,25 @@ workers): 10-seed means h192 draw 0 36.88 -> 36.74 s, h80 draw 1 31.42 -> 31.39 
 16 x 4 draw 1 24.44 -> 24.28 s; 5-seed means of the rest of both draws within 0.5%
 either way (h64-8x8 draw 0 24.04 -> 24.16 s, draw 1 20.03 -> 19.98 s): within noise.
 
+Ladder restarts (RESEED): a worker whose elite is nearly stalled (the last round improved
+it by less than NEAR_STALL, or not at all) rebuilds its ladder from that elite, once per
+elite: every chain starts at the elite, and the temperatures, TAU_COLD .. TAU_HOT times
+the ladder's first Comm, are scaled to the elite's Comm. The ladder built in the first
+round keeps the scale of the first elite (53 s on the 64-GPU 16 x 4 draw-0 suite
+instance, whose 10 s answers are 34.5-35.7 s: its hottest rung at 15% of their Comm)
+and its chains spread over basins far above the elite. From a recorded 10 s layout of
+that instance (35.55 s, where the running ladder had stopped improving), four fresh
+ladders of 3 s each reached 34.69-35.28 s (three below 34.81 s). Measured in one session
+at ``--time-limit 10``, 2 workers, seeds 0-4, mean Comm against the search without it
+run in the same session: 16 x 4 draw 0 35.47 -> 34.79 s (34.35-35.43 s; 34.348 s a new
+best known), h80 draw 0 44.44 -> 44.18 s, h192 draw 1 49.85 -> 49.37 s, h96 draw 1
+40.86 -> 40.89 s; against the previous session's tables (quoted): 16 x 4 draw 1 23.94
+-> 23.58 s (spread 4.0% -> 0.09%), h64-8x8 draw 0 24.18 -> 23.94 s (1.8% -> 0.18%), h96
+draw 0 44.36 -> 44.18 s, h192 draw 0 36.90 -> 36.71 s; the rest within noise.
+Restarting only on a stalled elite (no walk improved it) did worse in the same session,
+one run of five seeds (16 x 4 draw 0 mean 37.39 s, two seeds in a 40.5 s basin; h80
+draw 0 45.27 s).
+
 Cost: the ladder's steps (O(K D_DP) each, solver.tempering), then one descent
 of at most DESCENT_SWEEPS local-search sweeps (O(N^2 D_DP) array work each) and
 partition passes of at most 4 N exact matchings, then the rebalancing (solver.rebalance;
@@ -124,6 +143,10 @@ KICK = True
 #: stalled: explorers try its NEAR_KICKS best split kicks (all KICKS once it stalls).
 NEAR_STALL = 0.005
 NEAR_KICKS = 2
+#: Whether a worker's ladder is rebuilt from a (nearly) stalled elite: all its chains
+#: start at the elite and its temperatures are scaled to the elite's Comm; once per
+#: elite (module text).
+RESEED = True
 #: Without a clock an exploring walk tries as many candidates as its budget of scored
 #: swaps buys at this many per D_PP^2 each (a candidate's rebalancing scans the
 #: O(D_PP^2) segments): about its time in ladder proposals (0.15 us each), so the
@@ -167,7 +190,8 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
 
     ``memory`` keeps the worker's ladder between walks (its chains and random stream,
     seeded by ``seed``); an elite ``grid`` better than the ladder's best enters its
-    coldest chain. The ladder runs for the walk's budget (``CHAINS`` scored swaps a
+    coldest chain, and a nearly stalled one (RESEED, module text) gets a new ladder of
+    its own, every chain at it, seeded ``(*seed, reseeds so far)``. The ladder runs for the walk's budget (``CHAINS`` scored swaps a
     step); its best is then descended (exact matchings, order, partition swaps) and the
     descended grid goes back into the coldest chain. An ``explorer`` first tries an
     exploring walk (``explore``) and tempers when that declines, or for what is left
@@ -188,6 +212,12 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
             # every candidate of its grid failed and the walk has time left: temper on
             grid, fun, strategy, trace = walk.grid, walk.fun, walk.strategy, list(walk.trace)
     ladder = memory.get("ladder")
+    if ladder is not None and RESEED and (stalled or nearly) and memory.get("reseeded") != grid.tobytes():
+        # every chain restarts at the elite, temperatures scaled to its Comm (module text)
+        memory["reseeded"] = grid.tobytes()
+        memory["reseeds"] = memory.get("reseeds", 0) + 1
+        ladder = memory["ladder"] = Ladder(model, grid, np.random.default_rng(
+            [*np.atleast_1d(seed).tolist(), memory["reseeds"]]))
     if ladder is None:
         ladder = memory["ladder"] = Ladder(model, grid, np.random.default_rng(seed))
     elif fun < ladder.best - 1e-12 * max(1.0, fun):

@@ -2,7 +2,8 @@
 
 Round ``k`` hands every worker ``w`` the best placement known (the elite) and a random
 stream seeded ``(seed, w, k)``; each runs one tempering walk (solver.anytime; the worker
-keeps its ladder between rounds, seeded ``(seed, w)``; odd workers explore instead
+keeps its ladder between rounds, seeded ``(seed, w)``, and rebuilds it from a nearly
+stalled elite; odd workers explore instead
 while DataP rules the elite or the elite has stalled, ``solver.anytime.explore``) for a fixed number of scored
 swaps, or, under a time limit, until the round's share of it, the deadline or a cancel.
 When every worker has answered, the

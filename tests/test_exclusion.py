@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solver import anytime, exclusion
+from solver import anytime, exclusion, tempering
 from solver.anytime import EXPLORE_PAIR_SWAPS, explore, temper
 from solver.cost import CostModel
 from solver.descent import Effort
@@ -186,6 +186,43 @@ def test_a_nearly_stalled_elite_gets_its_best_kicks_and_a_stalled_one_the_rest(m
                       clock=time.monotonic, cancel=lambda: False, explorer=True)
         assert tried == want and walk.iterations > 0  # every kick failed: the ladder ran
     assert memory["kicked"] == (flipped.tobytes(), exclusion.KICKS)
+
+
+@pytest.mark.parametrize("reseed", [True, False])
+def test_a_nearly_stalled_elite_restarts_the_ladder_from_it_once(monkeypatch, reseed):
+    """A tempering worker's ladder is rebuilt from the elite (every chain at it,
+    temperatures scaled to its Comm) when the last round improved it by less than
+    NEAR_STALL, once per elite; an elite that improved by more keeps the ladder."""
+    model = _two_regions_datap_light()
+    grid = np.arange(16).reshape(4, 4)
+    worse = grid.T.copy()
+    flipped = grid[:, ::-1].copy()  # another grid of the same Comm: improved by 0
+    fun = model.score_grid(grid).comm
+    assert model.score_grid(worse).comm > (1 + 2 * anytime.NEAR_STALL) * fun
+    assert model.score_grid(flipped).comm == pytest.approx(fun)
+    built = []
+
+    class Recorded(anytime.Ladder):
+        def __init__(self, model, g, rng, *a, **k):
+            super().__init__(model, g, rng, *a, **k)
+            built.append((np.asarray(g).copy(), self))
+
+    monkeypatch.setattr(anytime, "Ladder", Recorded)
+    monkeypatch.setattr(anytime, "RESEED", reseed)
+    memory = {}
+    #: elite handed, and whether a ladder is built from it in that walk
+    for elite, new in ((worse, True), (grid, False), (flipped, reseed), (flipped, False), (grid, reseed)):
+        count = len(built)
+        temper(model, elite, model.score_grid(elite).comm, np.random.default_rng(0), Effort(50_000),
+               memory, seed=[0, 1], clock=time.monotonic, cancel=lambda: False)
+        assert len(built) == count + new
+        if new:
+            g, ladder = built[-1]
+            assert (g == elite).all() and memory["ladder"] is ladder
+            assert ladder.temps.max() == pytest.approx(
+                tempering.TAU_HOT * model.score_grid(elite).comm)
+    seeds = [ladder.rng_state.tobytes() for _, ladder in built]
+    assert len(set(seeds)) == len(seeds)  # each ladder its own stream
 
 
 @pytest.mark.slow
