@@ -191,9 +191,10 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     ``memory`` keeps the worker's ladder between walks (its chains and random stream,
     seeded by ``seed``); an elite ``grid`` better than the ladder's best enters its
     coldest chain, and a nearly stalled one (RESEED, module text) gets a new ladder of
-    its own, every chain at it, seeded ``(*seed, reseeds so far)``. The ladder runs for the walk's budget (``CHAINS`` scored swaps a
-    step); its best is then descended (exact matchings, order, partition swaps) and the
-    descended grid goes back into the coldest chain. An ``explorer`` first tries an
+    its own, every chain at it, seeded ``(*seed, reseeds so far)``. The ladder runs for
+    the walk's budget (``CHAINS`` scored swaps a step); its best is then descended
+    (exact matchings, order, partition swaps) and the descended grid goes back into the
+    coldest chain. An ``explorer`` first tries an
     exploring walk (``explore``) and tempers when that declines, or for what is left
     of the walk once every candidate of its grid has failed."""
     start_nfev, start_nit = effort.nfev, effort.nit
@@ -212,14 +213,15 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
             # every candidate of its grid failed and the walk has time left: temper on
             grid, fun, strategy, trace = walk.grid, walk.fun, walk.strategy, list(walk.trace)
     ladder = memory.get("ladder")
-    if ladder is not None and RESEED and (stalled or nearly) and memory.get("reseeded") != grid.tobytes():
-        # every chain restarts at the elite, temperatures scaled to its Comm (module text)
-        memory["reseeded"] = grid.tobytes()
-        memory["reseeds"] = memory.get("reseeds", 0) + 1
-        ladder = memory["ladder"] = Ladder(model, grid, np.random.default_rng(
-            [*np.atleast_1d(seed).tolist(), memory["reseeds"]]))
-    if ladder is None:
-        ladder = memory["ladder"] = Ladder(model, grid, np.random.default_rng(seed))
+    # a nearly stalled elite: every chain restarts at it, temperatures scaled to its Comm
+    restart = (ladder is not None and RESEED and (stalled or nearly)
+               and memory.get("reseeded") != grid.tobytes())
+    if ladder is None or restart:
+        stream = seed
+        if restart:
+            memory["reseeded"], memory["reseeds"] = grid.tobytes(), memory.get("reseeds", 0) + 1
+            stream = [*np.atleast_1d(seed).tolist(), memory["reseeds"]]
+        ladder = memory["ladder"] = Ladder(model, grid, np.random.default_rng(stream))
     elif fun < ladder.best - 1e-12 * max(1.0, fun):
         ladder.inject(grid, fun)
     best_grid, best = grid.copy(), fun
