@@ -71,7 +71,15 @@ from solver import native
 #: up to +10%).
 TAU_COLD = 2e-4
 TAU_HOT = 0.10
-CHAINS = 48
+#: Chains of one ladder. Measured in one session at ``--time-limit 10``, 2 workers, seeds
+#: 0-4, mean Comm against 48 chains: 16 x 4 draw 0 36.02 -> 34.50 s (48 chains, seeds
+#: 5-9: 36.42 s, two seeds at 38.6-40.4 s), 10 x 8 draw 0 44.41 -> 44.07 s, 12 x 8 draw 1
+#: 40.78 -> 40.48 s, 10 x 8 draw 1 31.24 -> 31.11 s; 8 x 8 draw 1, 12 x 8 draw 0, 8 x 24
+#: draws 0 and 1 within noise (19.94 -> 19.97, 43.99 -> 44.08, 36.95 -> 37.02, 48.36 ->
+#: 49.39 s on a plateau whose seeds range 45-50 s). A chain of a smaller ladder takes more
+#: steps in the same time; with 32 chains the figures were between, with 16 the
+#: 12 x 8 draw-0 instance had two seeds in a basin 6-9% above (mean 45.36 s).
+CHAINS = 24
 EXCHANGE_EVERY = 20
 #: Seconds of kernel work between two stop tests (cancel, deadline).
 CHUNK_S = 0.02
