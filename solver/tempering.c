@@ -4,8 +4,9 @@
  * a time: a proposal swaps grid positions i and j of one chain and costs O(D_DP) (the
  * two columns' peer sums, the at most four touched edges; the other columns' DataP come
  * from running totals, O(D_PP) only when the largest column is touched); a share
- * COLUMN_SHARE of them (kernel only) swaps two whole columns instead, and a share
- * TAIL_SHARE swaps two pipelines' devices right of one edge. Random numbers:
+ * COLUMN_SHARE of them (kernel only) swaps two whole columns instead, a share
+ * TAIL_SHARE swaps two pipelines' devices right of one edge, and a share CRIT_SHARE
+ * swaps a critical device (the largest column's, a slowest link's) with any other. Random numbers:
  * xoshiro256** seeded by the caller. Built on first use by solver/native.py; the numpy
  * Ladder is used wherever it cannot be built.
  */
@@ -89,6 +90,12 @@ static void commit_edges(double *ed, double *em, const int *touched, const doubl
  * groups (pipeline order) or the tails of two pipelines (one edge's matching);
  * ``CC="gcc -DTAIL_SHARE=0"`` builds a kernel without the latter, for comparisons. */
 #define COLUMN_SHARE 0.125
+/* Share of proposals that swap a critical device (``critical``) with a uniform one;
+ * the other device swaps pick both uniformly. ``-DCRIT_SHARE=0`` builds the kernel
+ * without critical picks, for comparisons (solver/tempering.py has the figures). */
+#ifndef CRIT_SHARE
+#define CRIT_SHARE 0.75
+#endif
 #ifndef TAIL_SHARE
 #define TAIL_SHARE 0.125
 #endif
@@ -209,6 +216,23 @@ static void tail_move(int64_t *g, int r, int p, double *cd, double *ed, double *
     keep_best(g, n, *energy, best, best_grid);
 }
 
+/* A critical grid position of chain grid g: a device of the column with the largest
+ * DataP, or one end of a random edge's slowest link (half each); O(D_DP). Comm is
+ * DataP, a maximum over columns, plus a sum of per-edge maxima: a swap that touches
+ * neither the largest column nor a slowest link cannot lower it on the coldest rung. */
+static int64_t critical(const int64_t *g, int r, int p, int top, const double *tpp, int n,
+                        uint64_t *rng) {
+    uint64_t bits = next_u64(rng);
+    if (p < 2 || (bits & 1)) return (int64_t)below(rng, r) * p + top;
+    int e = (int)below(rng, p - 1), at = 0;
+    double m = -INFINITY;
+    for (int rr = 0; rr < r; rr++) {
+        double v = tpp[g[rr * p + e] * n + g[rr * p + e + 1]];
+        if (v > m) { m = v; at = rr; }
+    }
+    return (int64_t)at * p + e + (int)((bits >> 1) & 1);
+}
+
 /* Advance k chains by ``steps`` steps from step number ``step0``; returns 0.
  * grids: (k, r * p) device ids; sums: (k, n) peer sum per device; col_dp: (k, p);
  * edges: (k, p - 1); energy: (k,); chain_at: (k,) chain on each rung, coldest first;
@@ -238,8 +262,10 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
             int64_t *g = grids + (int64_t)c * n;
             double *S = sums + (int64_t)c * n, *cd = col_dp + (int64_t)c * p;
             double *ed = edges + (int64_t)c * np, *em = means + (int64_t)c * np;
+            int crit = 0;
             if (p > 2) {  /* one draw picks the kind of proposal */
                 double u = uniform(rng);
+                crit = u >= 1.0 - CRIT_SHARE;
                 if (u < COLUMN_SHARE) {
                     column_move(g, r, p, cd, ed, em, tpp, n, rng, &energy[c], &smooth[c],
                                 temp_of[c], lam_of[c], best, best_grid, &tots[c]);
@@ -251,7 +277,8 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
                     continue;
                 }
             }
-            int64_t i = below(rng, n), j = (i + 1 + below(rng, n - 1)) % n;
+            int64_t i = crit ? critical(g, r, p, tots[c].top, tpp, n, rng) : below(rng, n);
+            int64_t j = (i + 1 + below(rng, n - 1)) % n;
             int s1 = (int)(i % p), s2 = (int)(j % p);
             int64_t a = g[i], b = g[j];
             g[i] = b; g[j] = a;
