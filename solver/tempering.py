@@ -42,7 +42,13 @@ critical, and 3/4: 12 x 8 draw 0 44.09, 43.97, 43.97, 43.96 s; 8 x 24 draw 0 36.
 the 39.7-39.8 s basin, one in five before). At 3/4 in the same session, against the
 previous release's tables (quoted): 8 x 24 draw 1 48.74 -> 46.08 s (45.18 s, the
 lowest found), 10 x 8 draw 0 44.13 -> 44.03 s (43.66 s, the lowest found), the other
-suite instances within noise.
+suite instances within noise. Tried in the same session, not kept (means on 10 x 8,
+12 x 8 and 8 x 24 of draw 0, then of draw 1; this rule's two runs of the same seeds
+gave 44.03 / 44.02, 43.96 / 44.02, 36.58 / 36.59, 30.91 / 30.99, 39.77 / 40.25 and
+46.08 / 46.22 s): picking the Comm term in proportion to its size (the largest column
+by its DataP, an edge by twice its value), 44.14, 43.95, 36.48, 31.09, 40.28 and
+45.82 s; that for half the critical picks, 44.14, 43.87, 36.95, 30.84, 40.10 and
+46.53 s: within the runs' noise.
 
 The energy of rung ``l`` is ``E_l = Comm + lambda_l S`` with the smoothing term
 ``S = mean_s DataP(s) + 2 sum_s mean_r T_pp[G[r, s], G[r, s + 1]]`` and ``lambda_l``
