@@ -39,10 +39,10 @@ exactly; the search wants low states, not samples. Measured in one session at
 critical, and 3/4: 12 x 8 draw 0 44.09, 43.97, 43.97, 43.96 s; 8 x 24 draw 0 36.73,
 36.74, 36.73, 36.58 s; 16 x 4 draw 0 34.34, 34.36, 34.32, 34.35 s; 10 x 8 draw 1 31.00,
 30.96, 30.82, 30.91 s; 12 x 8 draw 1 40.36, 40.38, 40.33, 39.77 s (3/4: every seed in
-the 39.7-39.8 s basin, one in five before). At 3/4 in the same session, against the
-previous release's tables (quoted): 8 x 24 draw 1 48.74 -> 46.08 s (45.18 s, the
-lowest found), 10 x 8 draw 0 44.13 -> 44.03 s (43.66 s, the lowest found), the other
-suite instances within noise. Tried in the same session, not kept (means on 10 x 8,
+the 39.7-39.8 s basin, one in five before; two in five in the README's
+tables run of the same seeds). At 3/4 in the same session, against the
+previous release's tables (quoted): 8 x 24 draw 1 48.74 -> 46.08 s (45.18 s), 10 x 8
+draw 0 44.13 -> 44.03 s (43.66 s), the other suite instances within noise. Tried in the same session, not kept (means on 10 x 8,
 12 x 8 and 8 x 24 of draw 0, then of draw 1; this rule's two runs of the same seeds
 gave 44.03 / 44.02, 43.96 / 44.02, 36.58 / 36.59, 30.91 / 30.99, 39.77 / 40.25 and
 46.08 / 46.22 s): picking the Comm term in proportion to its size (the largest column
