@@ -30,25 +30,25 @@ and 8 x 24 about 0.2 points worse), in 17% less wall time.
 The rest of the kernel's proposals (CRIT_SHARE in solver/tempering.c, 3/4 of all, at
 least three stage groups) pick the first device of the swap among the *critical* ones:
 half the time a device of the column with the largest DataP, half an end of a random
-edge's slowest link (an O(D_DP) scan); the partner stays uniform. Comm is a maximum
-plus a sum of maxima, so a swap that touches neither the largest column nor a slowest
-link cannot lower it on the coldest rung, and uniform picks spent most proposals there.
-The proposal is no longer symmetric, so the chains do not sample the Boltzmann weights
+edge's slowest link (an O(D_DP) scan); the partner stays uniform. Comm is a maximum plus
+a sum of maxima, so a swap that touches neither the largest column nor a slowest link
+cannot lower it on the coldest rung, and uniform picks spent most proposals there. The
+proposal is no longer symmetric, so the chains do not sample the Boltzmann weights
 exactly; the search wants low states, not samples. Measured in one session at
 ``--time-limit 10``, 2 workers, seeds 0-4, mean Comm with uniform picks, 1/4 and 1/2
 critical, and 3/4: 12 x 8 draw 0 44.09, 43.97, 43.97, 43.96 s; 8 x 24 draw 0 36.73,
 36.74, 36.73, 36.58 s; 16 x 4 draw 0 34.34, 34.36, 34.32, 34.35 s; 10 x 8 draw 1 31.00,
 30.96, 30.82, 30.91 s; 12 x 8 draw 1 40.36, 40.38, 40.33, 39.77 s (3/4: every seed in
-the 39.7-39.8 s basin, one in five before; two in five in the README's
-tables run of the same seeds). At 3/4 in the same session, against the
-previous release's tables (quoted): 8 x 24 draw 1 48.74 -> 46.08 s (45.18 s), 10 x 8
-draw 0 44.13 -> 44.03 s (43.66 s), the other suite instances within noise. Tried in the same session, not kept (means on 10 x 8,
-12 x 8 and 8 x 24 of draw 0, then of draw 1; this rule's two runs of the same seeds
-gave 44.03 / 44.02, 43.96 / 44.02, 36.58 / 36.59, 30.91 / 30.99, 39.77 / 40.25 and
-46.08 / 46.22 s): picking the Comm term in proportion to its size (the largest column
-by its DataP, an edge by twice its value), 44.14, 43.95, 36.48, 31.09, 40.28 and
-45.82 s; that for half the critical picks, 44.14, 43.87, 36.95, 30.84, 40.10 and
-46.53 s: within the runs' noise.
+the 39.7-39.8 s basin, one in five before; two in five in the README's tables run of the
+same seeds). At 3/4 in the same session, against the previous release's tables (quoted):
+8 x 24 draw 1 48.74 -> 46.08 s (45.18 s), 10 x 8 draw 0 44.13 -> 44.03 s (43.66 s), the
+other suite instances within noise. Tried in the same session, not kept (means on 10 x
+8, 12 x 8 and 8 x 24 of draw 0, then of draw 1; this rule's two runs of the same seeds
+gave 44.03 / 44.02, 43.96 / 44.02, 36.58 / 36.59, 30.91 / 30.99, 39.77 / 40.25 and 46.08
+/ 46.22 s): picking the Comm term in proportion to its size (the largest column by its
+DataP, an edge by twice its value), 44.14, 43.95, 36.48, 31.09, 40.28 and 45.82 s; that
+for half the critical picks, 44.14, 43.87, 36.95, 30.84, 40.10 and 46.53 s: within the
+runs' noise.
 
 The energy of rung ``l`` is ``E_l = Comm + lambda_l S`` with the smoothing term
 ``S = mean_s DataP(s) + 2 sum_s mean_r T_pp[G[r, s], G[r, s + 1]]`` and ``lambda_l``
