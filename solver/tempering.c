@@ -6,8 +6,8 @@
  * from running totals, O(D_PP) only when the largest column is touched); a share
  * COLUMN_SHARE of them (kernel only) swaps two whole columns instead, a share
  * TAIL_SHARE swaps two pipelines' devices right of one edge, and a share CRIT_SHARE
- * swaps a critical device (the largest column's, a slowest link's) with any other. Random numbers:
- * xoshiro256** seeded by the caller. Built on first use by solver/native.py; the numpy
+ * swaps a critical device (the largest column's, a slowest link's) with any other.
+ * Random numbers: xoshiro256** seeded by the caller. Built on first use by solver/native.py; the numpy
  * Ladder is used wherever it cannot be built.
  */
 #include <math.h>
@@ -216,14 +216,15 @@ static void tail_move(int64_t *g, int r, int p, double *cd, double *ed, double *
     keep_best(g, n, *energy, best, best_grid);
 }
 
-/* A critical grid position of chain grid g: a device of the column with the largest
- * DataP, or one end of a random edge's slowest link (half each); O(D_DP). Comm is
+/* A critical grid position of chain grid g (p > 2, as pt_run calls it): a device of the
+ * column with the largest DataP, or one end of a random edge's slowest link (half
+ * each); O(D_DP). Comm is
  * DataP, a maximum over columns, plus a sum of per-edge maxima: a swap that touches
  * neither the largest column nor a slowest link cannot lower it on the coldest rung. */
 static int64_t critical(const int64_t *g, int r, int p, int top, const double *tpp, int n,
                         uint64_t *rng) {
     uint64_t bits = next_u64(rng);
-    if (p < 2 || (bits & 1)) return (int64_t)below(rng, r) * p + top;
+    if (bits & 1) return (int64_t)below(rng, r) * p + top;
     int e = (int)below(rng, p - 1), at = 0;
     double m = -INFINITY;
     for (int rr = 0; rr < r; rr++) {
