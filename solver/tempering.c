@@ -91,7 +91,8 @@ static void commit_edges(double *ed, double *em, const int *touched, const doubl
  * ``CC="gcc -DTAIL_SHARE=0"`` builds a kernel without the latter, for comparisons. */
 #define COLUMN_SHARE 0.125
 /* Share of proposals that swap a critical device (``critical``) with a uniform one;
- * the other device swaps pick both uniformly. ``-DCRIT_SHARE=0`` builds the kernel
+ * the other device swaps pick both uniformly. It is taken from the top of the draw
+ * that picks the kind of proposal, so it acts as at most 1 - COLUMN_SHARE - TAIL_SHARE. ``-DCRIT_SHARE=0`` builds the kernel
  * without critical picks, for comparisons (solver/tempering.py has the figures). */
 #ifndef CRIT_SHARE
 #define CRIT_SHARE 0.75
