@@ -147,6 +147,13 @@ NEAR_KICKS = 2
 #: start at the elite and its temperatures are scaled to the elite's Comm; once per
 #: elite (module text).
 RESEED = True
+#: Whether worker 1 keeps a lineage of its own (``lineage_ladder``, module text), for
+#: instances of at most LINEAGE_MAX_N devices (above, a random layout's ladder would not
+#: reach the elite's basins in a default run's walks).
+LINEAGE = True
+LINEAGE_MAX_N = DESCENT_FULL_N
+#: Stream label of a lineage's ladders (after the worker's seed).
+LINEAGE_STREAM = 99
 #: Without a clock an exploring walk tries as many candidates as its budget of scored
 #: swaps buys at this many per D_PP^2 each (a candidate's rebalancing scans the
 #: O(D_PP^2) segments): about its time in ladder proposals (0.15 us each), so the
@@ -185,7 +192,7 @@ def temper_walk(n: int) -> int:
 def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort: Effort,
            memory: dict, *, seed, clock: Callable[[], float], cancel: Callable[[], bool],
            on_best: Callable[[float], None] = lambda f: None, strategy_prefix: str = "",
-           explorer: bool = False) -> Walk:
+           explorer: bool = False, lineage: bool = False) -> Walk:
     """One walk of parallel tempering (solver.tempering) that goes on where the last ended.
 
     ``memory`` keeps the worker's ladder between walks (its chains and random stream,
@@ -196,14 +203,16 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     (exact matchings, order, partition swaps) and the descended grid goes back into the
     coldest chain. An ``explorer`` first tries an
     exploring walk (``explore``) and tempers when that declines, or for what is left
-    of the walk once every candidate of its grid has failed."""
+    of the walk once every candidate of its grid has failed. A ``lineage`` walk tempers
+    its worker's own lineage (``lineage_ladder``) and never explores; it returns the
+    better of the elite and what the lineage reached."""
     start_nfev, start_nit = effort.nfev, effort.nit
     strategy, trace = "", []
     stalled = memory.get("elite") == grid.tobytes()  # no walk improved it last round
     last = memory.get("elite_fun")
     nearly = not stalled and last is not None and last - fun < NEAR_STALL * last
     memory["elite"], memory["elite_fun"] = grid.tobytes(), fun
-    if explorer and EXPLORE:
+    if explorer and EXPLORE and not lineage:
         walk = explore(model, grid, fun, rng, effort, memory, clock=clock, cancel=cancel,
                        on_best=on_best, strategy_prefix=strategy_prefix,
                        kicks=exclusion.KICKS if stalled else NEAR_KICKS if nearly else 0)
@@ -216,7 +225,9 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     # a nearly stalled elite: every chain restarts at it, temperatures scaled to its Comm
     restart = (ladder is not None and RESEED and (stalled or nearly)
                and memory.get("reseeded") != grid.tobytes())
-    if ladder is None or restart:
+    if lineage:
+        ladder = lineage_ladder(model, grid.shape, memory, seed)
+    elif ladder is None or restart:
         stream = seed
         if restart:
             memory["reseeded"], memory["reseeds"] = grid.tobytes(), memory.get("reseeds", 0) + 1
@@ -225,6 +236,7 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     elif fun < ladder.best - 1e-12 * max(1.0, fun):
         ladder.inject(grid, fun)
     best_grid, best = grid.copy(), fun
+    pt = "parallel tempering (own lineage)" if lineage else "parallel tempering"
 
     def improved(value: float, how: str, g: np.ndarray) -> None:
         nonlocal best, best_grid, strategy
@@ -238,7 +250,7 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     done = ladder.run(steps, stop=effort.should_stop,
                       on_best=lambda f: on_best(f) if f < best - 1e-12 * max(1.0, best) else None)
     effort.nfev += done * ladder.k
-    improved(ladder.best, "parallel tempering", ladder.best_grid)
+    improved(ladder.best, pt, ladder.best_grid)
     if cancel():  # cancelled, or the time limit is reached: hand back what the ladder has
         return Walk(best_grid, best, strategy, effort.nfev - start_nfev, effort.nit - start_nit,
                     done, trace)
@@ -254,7 +266,7 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     effort.nit += descent.nit
     if state.score < ladder.best - 1e-12 * max(1.0, ladder.best):
         ladder.inject(state.grid, state.score)
-        improved(state.score, "parallel tempering, then descent", state.grid)
+        improved(state.score, f"{pt}, then descent", state.grid)
     if model.n <= DESCENT_FULL_N and not cancel():
         fine = memory["fine"]
         key = signature(state.grid, memory["levels"])
@@ -273,11 +285,38 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
         if moved is not None:
             effort.nfev += moved[2]
             ladder.inject(moved[0], moved[1])
-            improved(moved[1], "parallel tempering, descent, then segment rebalance", moved[0])
+            improved(moved[1], f"{pt}, descent, then segment rebalance", moved[0])
     # how long the closing took, fading (solver.workers stops the next ladder that early)
     memory["closing_s"] = max(clock() - closing_from, CLOSING_FADE * memory.get("closing_s", 0.0))
     return Walk(best_grid, best, strategy, effort.nfev - start_nfev, effort.nit - start_nit,
                 done, trace)
+
+
+def lineage_ladder(model, shape: tuple[int, int], memory: dict, seed) -> Ladder:
+    """The ladder of a lineage walk (module text), kept in ``memory``.
+
+    First walk: a ladder at a random layout drawn from the stream ``(*seed,
+    LINEAGE_STREAM)``, its temperatures scaled to that layout's Comm (about ten times the
+    elite's). Later walks: the same ladder, or, when the last walk improved its best by
+    less than NEAR_STALL of it, a new one with every chain at that best (temperatures
+    scaled to it; stream ``(*seed, LINEAGE_STREAM, n)`` for the n-th), once per best.
+    The elite is never put into it. O(N) to draw or rebuild, besides the ladder's own
+    set-up (solver.tempering)."""
+    base = [*np.atleast_1d(seed).tolist(), LINEAGE_STREAM]
+    ladder = memory.get("ladder")
+    if ladder is None:
+        rng = np.random.default_rng(base)
+        ladder = Ladder(model, rng.permutation(model.n).reshape(shape), rng)
+    else:
+        last = memory.get("lineage_best")
+        if (last is not None and last - ladder.best < NEAR_STALL * last
+                and memory.get("lineage_reseeded") != ladder.best_grid.tobytes()):
+            grid = ladder.best_grid.copy()
+            memory["lineage_reseeded"] = grid.tobytes()
+            memory["lineage_reseeds"] = memory.get("lineage_reseeds", 0) + 1
+            ladder = Ladder(model, grid, np.random.default_rng([*base, memory["lineage_reseeds"]]))
+    memory["ladder"], memory["lineage_best"] = ladder, ladder.best
+    return ladder
 
 
 def _levels(model, memory: dict) -> None:

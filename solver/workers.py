@@ -3,8 +3,10 @@
 Round ``k`` hands every worker ``w`` the best placement known (the elite) and a random
 stream seeded ``(seed, w, k)``; each runs one tempering walk (solver.anytime; the worker
 keeps its ladder between rounds, seeded ``(seed, w)``, and rebuilds it from a nearly
-stalled elite; odd workers explore instead
-while DataP rules the elite or the elite has stalled, ``solver.anytime.explore``) for a fixed number of scored
+stalled elite; worker 1 keeps a lineage of its own from a random layout and never takes
+the elite into its ladder, ``solver.anytime.lineage_ladder``; the other odd workers
+explore instead while DataP rules the elite or the elite has stalled,
+``solver.anytime.explore``) for a fixed number of scored
 swaps, or, under a time limit, until the round's share of it, the deadline or a cancel.
 When every worker has answered, the
 best walk (ties: lowest worker index) becomes the elite of round ``k + 1``. Without a
@@ -43,6 +45,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from solver import native
+from solver import anytime
 from solver.anytime import Walk, temper
 from solver.descent import Effort
 
@@ -154,9 +157,10 @@ def _one_walk(model, index, k, grid, fun, plan: Rounds, stop, on_best, memory: d
     def cancel() -> bool:
         return stop() or (late is not None and clock() >= late)
 
+    lineage = anytime.LINEAGE and index == 1 and model.n <= anytime.LINEAGE_MAX_N
     return temper(model, grid, fun, rng, effort, memory, seed=[plan.seed, index], clock=clock,
                   cancel=cancel, on_best=on_best, strategy_prefix=f"worker {index}: ",
-                  explorer=index % 2 == 1)
+                  explorer=index % 2 == 1 and not lineage, lineage=lineage)
 
 
 def _orphan_check(every: int = 256) -> Callable[[], bool]:

@@ -337,15 +337,27 @@ def test_once_every_candidate_failed_the_walk_tempers_for_the_rest(monkeypatch):
     assert tried == []
 
 
-def test_odd_workers_are_the_explorers(monkeypatch):
+@pytest.mark.parametrize("lineage, n, want", [
+    (True, 36, {0: (False, False), 1: (False, True), 2: (False, False), 3: (True, False)}),
+    (True, anytime.LINEAGE_MAX_N + 1, {0: (False, False), 1: (True, False), 2: (False, False), 3: (True, False)}),
+    (False, 36, {0: (False, False), 1: (True, False), 2: (False, False), 3: (True, False)}),
+])
+def test_odd_workers_are_the_explorers_but_worker_1_keeps_a_lineage(monkeypatch, lineage, n, want):
+    """Worker 1 keeps its own lineage (solver.anytime.lineage_ladder) up to LINEAGE_MAX_N
+    devices; every other odd worker explores."""
+    import types
+
     import solver.workers as workers
 
     seen = {}
-    monkeypatch.setattr(workers, "temper", lambda *a, explorer, **k: seen.setdefault(k["seed"][1], explorer))
+    monkeypatch.setattr(anytime, "LINEAGE", lineage)
+    monkeypatch.setattr(workers, "temper", lambda *a, explorer, lineage, **k: seen.setdefault(
+        k["seed"][1], (explorer, lineage)))
     plan = workers.Rounds(seed=3, walk_evals=10, patience=1, budget=100, deadline=None)
     for index in range(4):
-        workers._one_walk(None, index, 0, None, 0.0, plan, lambda: False, lambda f: None, {})
-    assert seen == {0: False, 1: True, 2: False, 3: True}
+        workers._one_walk(types.SimpleNamespace(n=n), index, 0, None, 0.0, plan, lambda: False,
+                          lambda f: None, {})
+    assert seen == want
 
 
 def test_the_strategy_names_the_kind_of_candidate_that_improved(monkeypatch):

@@ -1,0 +1,79 @@
+"""Worker 1's own lineage: a tempering ladder from a random layout that never takes the elite."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from solver import anytime, tempering
+from solver.anytime import lineage_ladder, temper
+from solver.descent import Effort
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from hierarchical import suite_instance  # noqa: E402
+
+
+def _model():
+    return suite_instance("h36-6x6", 0)[1]
+
+
+def _random_layout(model, seed):
+    return np.random.default_rng([*seed, anytime.LINEAGE_STREAM]).permutation(model.n).reshape(6, 6)
+
+
+def test_a_lineage_starts_from_a_random_layout_at_its_temperature_scale():
+    model = _model()
+    memory = {}
+    ladder = lineage_ladder(model, (6, 6), memory, [0, 1])
+    start = _random_layout(model, [0, 1])
+    assert memory["ladder"] is ladder and all((g == start).all() for g in ladder.grids)
+    assert ladder.temps.max() == pytest.approx(tempering.TAU_HOT * model.score_grid(start).comm)
+    again = lineage_ladder(model, (6, 6), {}, [0, 1])
+    other = lineage_ladder(model, (6, 6), {}, [1, 1])
+    assert (again.grids[0] == start).all() and not (other.grids[0] == start).all()
+
+
+def test_a_nearly_stalled_lineage_restarts_at_its_own_best_once():
+    model = _model()
+    memory = {}
+    first = lineage_ladder(model, (6, 6), memory, [0, 1])
+    first.run(3000)  # improves its best far more than NEAR_STALL: kept
+    assert memory["lineage_best"] > first.best * (1 + anytime.NEAR_STALL)
+    assert lineage_ladder(model, (6, 6), memory, [0, 1]) is first
+    # no walk since: its best moved by 0, so every chain restarts at it, scaled to it
+    second = lineage_ladder(model, (6, 6), memory, [0, 1])
+    assert second is not first and memory["ladder"] is second
+    assert all((g == first.best_grid).all() for g in second.grids)
+    assert second.temps.max() == pytest.approx(tempering.TAU_HOT * first.best)
+    assert second.rng_state.tobytes() != first.rng_state.tobytes()
+    # still stalled, but at the best it already restarted from: once per best
+    assert lineage_ladder(model, (6, 6), memory, [0, 1]) is second
+
+
+def test_a_lineage_walk_never_takes_the_elite_and_returns_the_better(monkeypatch):
+    """Three walks handed the same elite: it never enters the ladder (its own descended
+    grids do), nothing explores, and each walk returns the better of the two."""
+    model = _model()
+    injected = []
+    real = anytime.Ladder.inject
+    monkeypatch.setattr(anytime.Ladder, "inject", lambda self, g, f: injected.append(g.copy()) or real(self, g, f))
+    explored = []
+    monkeypatch.setattr(anytime, "explore", lambda *a, **k: explored.append(1))
+    memory = {}
+    elite = np.arange(36).reshape(6, 6)
+    fun = model.score_grid(elite).comm
+    for _ in range(3):
+        walk = temper(model, elite, fun, np.random.default_rng(0), Effort(100_000), memory,
+                      seed=[0, 1], clock=time.monotonic, cancel=lambda: False, explorer=True,
+                      lineage=True, strategy_prefix="worker 1: ")
+        assert walk.fun <= fun and walk.fun == pytest.approx(model.score_grid(walk.grid).comm)
+        if walk.fun < fun:
+            assert walk.strategy.startswith("worker 1: parallel tempering (own lineage)")
+        assert not any((g == elite).all() for g in memory["ladder"].grids)
+    assert injected and not any((g == elite).all() for g in injected) and not explored
+    assert walk.fun < fun  # a lineage of three walks beats a random layout
