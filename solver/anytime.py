@@ -96,6 +96,35 @@ Restarting only on a stalled elite (no walk improved it) did worse in the same s
 one run of five seeds (16 x 4 draw 0 mean 37.39 s, two seeds in a 40.5 s basin; h80
 draw 0 45.27 s).
 
+Own lineage (LINEAGE, ``lineage_ladder``): worker 1 never takes the elite into its
+ladder. Its first ladder starts at a random layout, temperatures scaled to that
+layout's Comm (about ten times the elite's); when its own best moved by less than
+NEAR_STALL in a walk, a new ladder starts at that best (scaled to it), once per best.
+Its walks still end with the descent and rebalancing, and the round takes the better of
+its best and the elite, so the other workers get what it finds. Why: on the draw-1
+12 x 8 suite instance the best layouts (38.4-38.6 s) mix two regions in seven of the
+twelve stage groups (DataP 14.9 s against 10.8 s) so that every pipeline stays inside
+one zone along each run of groups (Pipeline 23.7 s against 29.3 s); the topology starts
+give region-pure groups, and from their basin (39.7-40.6 s) the mixed layouts lie
+behind a DataP step of about 4 s. In one process, a ladder from a random layout (3 s,
+descent, a new ladder at its best for 3 s) ended at 38.68-40.11 s, three seeds of four
+below 38.95 s, where the same steps at the same temperatures from a 40.06 s layout of that basin ended at
+39.80-39.84 s. Measured in one session at ``--time-limit 10``, 2 workers, seeds 0-4,
+mean Comm (an experimental build of the same rule, other streams): 12 x 8 draw 1 40.06
+-> 39.58 s (same session; 38.67 s the best seed; 39.35 s in another run of the same
+rule), 10 x 8 draw 1 30.99 -> 30.90 s
+(previous release's tables, quoted; spread 1.4% -> 0.3%); within noise: 8 x 24 draw 1
+46.22 -> 46.44 s (another run of the same rule: 45.82 s), 8 x 8 draw 1 19.93 -> 19.90 s,
+and every draw-0 instance within 0.1%. Worker 1 no longer explores (solver.exclusion):
+with 2 workers there is no explorer, and 8 x 24 draw 1, the instance they were built
+for, kept its figures (the critical picks of solver.tempering reach its low basins).
+Not kept, same session, 12 x 8 draw 1 means: the lineage for worker 1's first three or
+five walks only, then the elite (39.57, 39.59 s: as good, with one more rule); the first ladder of every worker 4 or
+8 times hotter (39.76, 39.95 s); a DataP floor in the chains' energy (Comm with DataP
+raised to a floor of 13-17 s, 4 s from the 40.06 s layout: no layout below 39.8 s);
+swaps of two rows' runs of 2-8 devices in the kernel, 1/8 or 1/4 of the proposals
+(39.83, 40.42 s).
+
 Cost: the ladder's steps (O(K D_DP) each, solver.tempering), then one descent
 of at most DESCENT_SWEEPS local-search sweeps (O(N^2 D_DP) array work each) and
 partition passes of at most 4 N exact matchings, then the rebalancing (solver.rebalance;
@@ -152,8 +181,9 @@ RESEED = True
 #: reach the elite's basins in a default run's walks).
 LINEAGE = True
 LINEAGE_MAX_N = DESCENT_FULL_N
-#: Stream label of a lineage's ladders (after the worker's seed).
-LINEAGE_STREAM = 99
+#: Stream label of a lineage's ladders (after the worker's seed), above any round number
+#: (a walk's own stream is ``(seed, worker, round)``, solver.workers).
+LINEAGE_STREAM = 2**32 - 1
 #: Without a clock an exploring walk tries as many candidates as its budget of scored
 #: swaps buys at this many per D_PP^2 each (a candidate's rebalancing scans the
 #: O(D_PP^2) segments): about its time in ladder proposals (0.15 us each), so the
@@ -223,7 +253,7 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
             grid, fun, strategy, trace = walk.grid, walk.fun, walk.strategy, list(walk.trace)
     ladder = memory.get("ladder")
     # a nearly stalled elite: every chain restarts at it, temperatures scaled to its Comm
-    restart = (ladder is not None and RESEED and (stalled or nearly)
+    restart = (not lineage and ladder is not None and RESEED and (stalled or nearly)
                and memory.get("reseeded") != grid.tobytes())
     if lineage:
         ladder = lineage_ladder(model, grid.shape, memory, seed)

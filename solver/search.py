@@ -335,7 +335,9 @@ def _firsts(run: _Run, workers: int) -> list[tuple[np.ndarray, float]]:
     from the best start: on the 64-GPU 8 x 8 suite instance the stage-groups-local start
     descends best (27.4 against 28.5) but tempers to 26.4 where a pipelines-local start
     reaches 24.6 in the same 3 s; where the other layout starts far behind, a worker of
-    two spends its first round better on the best one."""
+    two spends its first round better on the best one. Worker 1 does not use its grid
+    while it keeps a lineage of its own (solver.anytime.lineage_ladder): then the other
+    layout reaches the search through workers 3, 5, ..."""
     best = (run.best, run.best_score)
     other = run.other_start
     if other is None:
