@@ -38,7 +38,7 @@ scoring (solver.native), the closings of a 10 s run (seed 1, both workers togeth
 2.9 s against 14.4 s of ladder at 192 GPUs (9.1 s against 8.8 s before), 2.5 s against
 14.7 s on 16 x 4 (9.2 / 8.6) and 1.3 s against 16.1 s on 10 x 8 (5.9 / 11.2).
 
-Explorers (``explore``, the odd workers while DataP is at least
+Explorers (``explore``, the odd workers but worker 1 while it keeps a lineage, while DataP is at least
 solver.exclusion.EXCLUDE_SHARE of the elite's Comm) run whole-grid redeals instead of
 the ladder: on the draw-1 192-GPU 8 x 24 suite instance, whose layouts sit on a DataP
 plateau (every stage group holds a device of each slow-NIC host), five 10 s runs
@@ -98,7 +98,8 @@ draw 0 45.27 s).
 
 Own lineage (LINEAGE, ``lineage_ladder``): worker 1 never takes the elite into its
 ladder. Its first ladder starts at a random layout, temperatures scaled to that
-layout's Comm (about ten times the elite's); when its own best moved by less than
+layout's Comm (a random layout of the draw-1 12 x 8 suite instance: 310-402 s, against
+about 45 s for its best topology start); when its own best moved by less than
 NEAR_STALL in a walk, a new ladder starts at that best (scaled to it), once per best.
 Its walks still end with the descent and rebalancing, and the round takes the better of
 its best and the elite, so the other workers get what it finds. Why: on the draw-1
@@ -162,8 +163,8 @@ DESCENT_MAX = 2_000_000
 CLOSING_FADE = 0.7
 #: Most devices for a full closing descent; above, the walk's best is only polished.
 DESCENT_FULL_N = 512
-#: Whether odd-numbered workers explore (``explore``) while the elite is bound by DataP
-#: (and, with KICK, while it has stalled).
+#: Whether odd-numbered workers (but a lineage's, LINEAGE) explore (``explore``) while
+#: the elite is bound by DataP (and, with KICK, while it has stalled).
 EXPLORE = True
 #: Whether explorers also try split kicks (solver.exclusion.kicks) on an elite that no
 #: walk of the last round improved, whatever its DataP.
@@ -177,8 +178,10 @@ NEAR_KICKS = 2
 #: elite (module text).
 RESEED = True
 #: Whether worker 1 keeps a lineage of its own (``lineage_ladder``, module text), for
-#: instances of at most LINEAGE_MAX_N devices (above, a random layout's ladder would not
-#: reach the elite's basins in a default run's walks).
+#: instances of at most LINEAGE_MAX_N devices. Not measured above: there the default
+#: rule runs 2 rounds of token walks (``temper_walk``) and the first topology start is
+#: the answer on the benchmark's 1024- and 4096-GPU fabrics, so a random layout's ladder
+#: would only take worker 1 away from the elite.
 LINEAGE = True
 LINEAGE_MAX_N = DESCENT_FULL_N
 #: Stream label of a lineage's ladders (after the worker's seed), above any round number
@@ -326,10 +329,11 @@ def lineage_ladder(model, shape: tuple[int, int], memory: dict, seed) -> Ladder:
     """The ladder of a lineage walk (module text), kept in ``memory``.
 
     First walk: a ladder at a random layout drawn from the stream ``(*seed,
-    LINEAGE_STREAM)``, its temperatures scaled to that layout's Comm (about ten times the
-    elite's). Later walks: the same ladder, or, when the last walk improved its best by
-    less than NEAR_STALL of it, a new one with every chain at that best (temperatures
-    scaled to it; stream ``(*seed, LINEAGE_STREAM, n)`` for the n-th), once per best.
+    LINEAGE_STREAM)``, its temperatures scaled to that layout's Comm (far hotter than
+    the elite's ladder: module text). Later walks: the same ladder, or, when the last
+    walk improved its best by less than NEAR_STALL of it, a new one with every chain at
+    that best (temperatures scaled to it; stream ``(*seed, LINEAGE_STREAM, n)`` for the
+    n-th), once per best.
     The elite is never put into it. O(N) to draw or rebuild, besides the ladder's own
     set-up (solver.tempering)."""
     base = [*np.atleast_1d(seed).tolist(), LINEAGE_STREAM]

@@ -15,9 +15,12 @@ it is given; otherwise it reports a lower bound beside its answer (solver.bounds
    processes each continue a parallel-tempering ladder into which the best placement
    known is injected, in rounds; each round ends with a descent of the worker's best
    and a segment rebalancing (solver.rebalance), and the best walk becomes the shared
-   start of the next. While DataP rules the best placement, odd workers explore
+   start of the next. Worker 1 keeps a lineage of its own from a random layout, never
+   injected (solver.anytime.lineage_ladder; up to solver.anytime.LINEAGE_MAX_N
+   devices). While DataP rules the best placement, the other odd workers explore
    instead (whole-grid redeals, solver.exclusion). In the first round, odd workers may
-   start from the other layout's best start (``_firsts``). Under a time limit the
+   start from the other layout's best start (``_firsts``; worker 1's lineage keeps it
+   only as its walk's fallback). Under a time limit the
    starts' polishing (one start of each layout at least) and descents stop after
    START_SHARE of it: at 16 stages one polish cost 0.1-0.5 s with the numpy Held-Karp
    (twelve starts of the 64-GPU 16 x 4 suite instance, 2.0 s one after another; the
@@ -59,8 +62,9 @@ from solver.workers import Rounds, WorkerPool, available_cores
 #: descended (the starts are tried best first); its descent would cost full sweeps.
 SKIP_START_RATIO = 1.25
 
-#: A second worker starts from the other layout's best start when that is at most this
-#: much worse than the best start (solver.search._firsts).
+#: A second worker is handed the other layout's best start when that is at most this
+#: much worse than the best start (solver.search._firsts; a lineage keeps it only as its
+#: walk's fallback).
 DIVERSE_RATIO = 1.1
 
 #: Rounds without improvement before the search stops when no time limit is set.
@@ -327,7 +331,7 @@ def _other_layout(results: list[tuple[float, int, str, np.ndarray]]) -> tuple[np
 
 
 def _firsts(run: _Run, workers: int) -> list[tuple[np.ndarray, float]]:
-    """Each worker's grid in the first round: the best known; odd workers start from the
+    """Each worker's grid in the first round: the best known; odd workers are handed the
     other layout's best start when it is within DIVERSE_RATIO of the best, or when there
     are at least 3 workers.
 
@@ -335,9 +339,10 @@ def _firsts(run: _Run, workers: int) -> list[tuple[np.ndarray, float]]:
     from the best start: on the 64-GPU 8 x 8 suite instance the stage-groups-local start
     descends best (27.4 against 28.5) but tempers to 26.4 where a pipelines-local start
     reaches 24.6 in the same 3 s; where the other layout starts far behind, a worker of
-    two spends its first round better on the best one. Worker 1 does not use its grid
-    while it keeps a lineage of its own (solver.anytime.lineage_ladder): then the other
-    layout reaches the search through workers 3, 5, ..."""
+    two spends its first round better on the best one. While worker 1 keeps a lineage
+    of its own (solver.anytime.lineage_ladder) its grid does not enter its ladder: the
+    walk returns it only when the lineage ends above it, and the other layout is
+    tempered by workers 3, 5, ..."""
     best = (run.best, run.best_score)
     other = run.other_start
     if other is None:

@@ -339,6 +339,7 @@ def test_once_every_candidate_failed_the_walk_tempers_for_the_rest(monkeypatch):
 
 @pytest.mark.parametrize("lineage, n, want", [
     (True, 36, {0: (False, False), 1: (False, True), 2: (False, False), 3: (True, False)}),
+    (True, anytime.LINEAGE_MAX_N, {0: (False, False), 1: (False, True), 2: (False, False), 3: (True, False)}),
     (True, anytime.LINEAGE_MAX_N + 1, {0: (False, False), 1: (True, False), 2: (False, False), 3: (True, False)}),
     (False, 36, {0: (False, False), 1: (True, False), 2: (False, False), 3: (True, False)}),
 ])

@@ -59,9 +59,16 @@ def test_a_lineage_walk_never_takes_the_elite_and_returns_the_better(monkeypatch
     """Three walks handed the same elite: it never enters the ladder (its own descended
     grids do), nothing explores, and each walk returns the better of the two."""
     model = _model()
-    injected = []
+    injected, built = [], []
     real = anytime.Ladder.inject
     monkeypatch.setattr(anytime.Ladder, "inject", lambda self, g, f: injected.append(g.copy()) or real(self, g, f))
+
+    class Recorded(anytime.Ladder):
+        def __init__(self, model, g, rng, *a, **k):
+            super().__init__(model, g, rng, *a, **k)
+            built.append(np.asarray(g).copy())
+
+    monkeypatch.setattr(anytime, "Ladder", Recorded)
     explored = []
     monkeypatch.setattr(anytime, "explore", lambda *a, **k: explored.append(1))
     memory = {}
@@ -76,4 +83,5 @@ def test_a_lineage_walk_never_takes_the_elite_and_returns_the_better(monkeypatch
             assert walk.strategy.startswith("worker 1: parallel tempering (own lineage)")
         assert not any((g == elite).all() for g in memory["ladder"].grids)
     assert injected and not any((g == elite).all() for g in injected) and not explored
-    assert walk.fun < fun  # a lineage of three walks beats a random layout
+    assert built and not any((g == elite).all() for g in built)
+    assert walk.fun < fun  # three lineage walks beat the elite, a layout in device order
