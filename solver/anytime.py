@@ -118,7 +118,9 @@ rule), 10 x 8 draw 1 30.99 -> 30.90 s
 46.22 -> 46.44 s (another run of the same rule: 45.82 s), 8 x 8 draw 1 19.93 -> 19.90 s,
 and every draw-0 instance within 0.1%. Worker 1 no longer explores (solver.exclusion):
 with 2 workers there is no explorer, and 8 x 24 draw 1, the instance they were built
-for, kept its figures (the critical picks of solver.tempering reach its low basins).
+for, moved within its seeds' noise (the critical picks of solver.tempering reach its
+low basins; the README's tables of this release: mean 46.48 s, one seed of five at
+48.99 s, against 46.22 s and 47.64 s at worst before).
 Not kept, same session, 12 x 8 draw 1 means: the lineage for worker 1's first three or
 five walks only, then the elite (39.57, 39.59 s: as good, with one more rule); the first ladder of every worker 4 or
 8 times hotter (39.76, 39.95 s); a DataP floor in the chains' energy (Comm with DataP
