@@ -38,9 +38,9 @@ scoring (solver.native), the closings of a 10 s run (seed 1, both workers togeth
 2.9 s against 14.4 s of ladder at 192 GPUs (9.1 s against 8.8 s before), 2.5 s against
 14.7 s on 16 x 4 (9.2 / 8.6) and 1.3 s against 16.1 s on 10 x 8 (5.9 / 11.2).
 
-Explorers (``explore``, the odd workers but worker 1 while it keeps a lineage, while DataP is at least
-solver.exclusion.EXCLUDE_SHARE of the elite's Comm) run whole-grid redeals instead of
-the ladder: on the draw-1 192-GPU 8 x 24 suite instance, whose layouts sit on a DataP
+Explorers (``explore``: the odd workers, but worker 1 while it keeps a lineage; while
+DataP is at least solver.exclusion.EXCLUDE_SHARE of the elite's Comm) run whole-grid
+redeals instead of the ladder: on the draw-1 192-GPU 8 x 24 suite instance, whose layouts sit on a DataP
 plateau (every stage group holds a device of each slow-NIC host), five 10 s runs
 ended at 45.5-50.1 s (mean 48.2) against 52.6-53.8 s (mean 53.2) with every worker
 tempering, three 30 s runs at 46.1-50.3 s against 51.6-53.2 s, and the default rule
@@ -109,24 +109,24 @@ one zone along each run of groups (Pipeline 23.7 s against 29.3 s); the topology
 give region-pure groups, and from their basin (39.7-40.6 s) the mixed layouts lie
 behind a DataP step of about 4 s. In one process, a ladder from a random layout (3 s,
 descent, a new ladder at its best for 3 s) ended at 38.68-40.11 s, three seeds of four
-below 38.95 s, where the same steps at the same temperatures from a 40.06 s layout of that basin ended at
-39.80-39.84 s. Measured in one session at ``--time-limit 10``, 2 workers, seeds 0-4,
-mean Comm (an experimental build of the same rule, other streams): 12 x 8 draw 1 40.06
--> 39.58 s (same session; 38.67 s the best seed; 39.35 s in another run of the same
-rule), 10 x 8 draw 1 30.99 -> 30.90 s
-(previous release's tables, quoted; spread 1.4% -> 0.3%); within noise: 8 x 24 draw 1
-46.22 -> 46.44 s (another run of the same rule: 45.82 s), 8 x 8 draw 1 19.93 -> 19.90 s,
-and every draw-0 instance within 0.1%. Worker 1 no longer explores (solver.exclusion):
+below 38.95 s, where the same steps at the same temperatures from a 40.06 s layout of
+that basin ended at 39.80-39.84 s. Measured in one session at ``--time-limit 10``, 2
+workers, seeds 0-4, mean Comm (an experimental build of the same rule, other streams):
+12 x 8 draw 1 40.06 -> 39.58 s (same session; 38.67 s the best seed; 39.35 s in another
+run of the same rule), 10 x 8 draw 1 30.99 -> 30.90 s (previous release's tables,
+quoted; spread 1.4% -> 0.3%); within noise: 8 x 24 draw 1 46.22 -> 46.44 s (another
+run of the same rule: 45.82 s), 8 x 8 draw 1 19.93 -> 19.90 s, and every draw-0
+instance within 0.1%. Worker 1 no longer explores (solver.exclusion):
 with 2 workers there is no explorer, and 8 x 24 draw 1, the instance they were built
 for, moved within its seeds' noise (the critical picks of solver.tempering reach its
 low basins; the README's tables of this release: mean 46.48 s, one seed of five at
 48.99 s, against 46.22 s and 47.64 s at worst before).
 Not kept, same session, 12 x 8 draw 1 means: the lineage for worker 1's first three or
-five walks only, then the elite (39.57, 39.59 s: as good, with one more rule); the first ladder of every worker 4 or
-8 times hotter (39.76, 39.95 s); a DataP floor in the chains' energy (Comm with DataP
-raised to a floor of 13-17 s, 4 s from the 40.06 s layout: no layout below 39.8 s);
-swaps of two rows' runs of 2-8 devices in the kernel, 1/8 or 1/4 of the proposals
-(39.83, 40.42 s).
+five walks only, then the elite (39.57, 39.59 s: as good, with one more rule); the
+first ladder of every worker 4 or 8 times hotter (39.76, 39.95 s); a DataP floor in
+the chains' energy (Comm with DataP raised to a floor of 13-17 s, 4 s from the 40.06 s
+layout: no layout below 39.8 s); swaps of two rows' runs of 2-8 devices in the kernel,
+1/8 or 1/4 of the proposals (39.83, 40.42 s).
 
 Cost: the ladder's steps (O(K D_DP) each, solver.tempering), then one descent
 of at most DESCENT_SWEEPS local-search sweeps (O(N^2 D_DP) array work each) and
@@ -335,9 +335,8 @@ def lineage_ladder(model, shape: tuple[int, int], memory: dict, seed) -> Ladder:
     the elite's ladder: module text). Later walks: the same ladder, or, when the last
     walk improved its best by less than NEAR_STALL of it, a new one with every chain at
     that best (temperatures scaled to it; stream ``(*seed, LINEAGE_STREAM, n)`` for the
-    n-th), once per best.
-    The elite is never put into it. O(N) to draw or rebuild, besides the ladder's own
-    set-up (solver.tempering)."""
+    n-th), once per best. The elite is never put into it. O(N) to draw or rebuild,
+    besides the ladder's own set-up (solver.tempering)."""
     base = [*np.atleast_1d(seed).tolist(), LINEAGE_STREAM]
     ladder = memory.get("ladder")
     if ladder is None:

@@ -44,8 +44,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from solver import native
-from solver import anytime
+from solver import anytime, native
 from solver.anytime import Walk, temper
 from solver.descent import Effort
 
