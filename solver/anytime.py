@@ -38,7 +38,8 @@ scoring (solver.native), the closings of a 10 s run (seed 1, both workers togeth
 2.9 s against 14.4 s of ladder at 192 GPUs (9.1 s against 8.8 s before), 2.5 s against
 14.7 s on 16 x 4 (9.2 / 8.6) and 1.3 s against 16.1 s on 10 x 8 (5.9 / 11.2).
 
-Explorers (``explore``: the odd workers, but worker 1 while it keeps a lineage; while
+Explorers (``explore``: the odd workers, but worker 1 while it keeps a lineage, up to
+LINEAGE_MAX_N devices; while
 DataP is at least solver.exclusion.EXCLUDE_SHARE of the elite's Comm) run whole-grid
 redeals instead of the ladder: on the draw-1 192-GPU 8 x 24 suite instance, whose layouts sit on a DataP
 plateau (every stage group holds a device of each slow-NIC host), five 10 s runs
@@ -116,11 +117,9 @@ workers, seeds 0-4, mean Comm (an experimental build of the same rule, other str
 run of the same rule), 10 x 8 draw 1 30.99 -> 30.90 s (previous release's tables,
 quoted; spread 1.4% -> 0.3%); within noise: 8 x 24 draw 1 46.22 -> 46.44 s (another
 run of the same rule: 45.82 s), 8 x 8 draw 1 19.93 -> 19.90 s, and every draw-0
-instance within 0.1%. Worker 1 no longer explores (solver.exclusion):
-with 2 workers there is no explorer, and 8 x 24 draw 1, the instance they were built
-for, moved within its seeds' noise (the critical picks of solver.tempering reach its
-low basins; the README's tables of this release: mean 46.48 s, one seed of five at
-48.99 s, against 46.22 s and 47.64 s at worst before).
+instance within 0.1%. Up to LINEAGE_MAX_N devices worker 1 no longer explores
+(solver.exclusion): with 2 workers there is no explorer there. At 192 GPUs a random
+layout's ladder found nothing in 10 s, and worker 1 explores again (LINEAGE_MAX_N).
 Not kept, same session, 12 x 8 draw 1 means: the lineage for worker 1's first three or
 five walks only, then the elite (39.57, 39.59 s: as good, with one more rule); the
 first ladder of every worker 4 or 8 times hotter (39.76, 39.95 s); a DataP floor in
@@ -180,12 +179,18 @@ NEAR_KICKS = 2
 #: elite (module text).
 RESEED = True
 #: Whether worker 1 keeps a lineage of its own (``lineage_ladder``, module text), for
-#: instances of at most LINEAGE_MAX_N devices. Not measured above: there the default
-#: rule runs 2 rounds of token walks (``temper_walk``) and the first topology start is
-#: the answer on the benchmark's 1024- and 4096-GPU fabrics, so a random layout's ladder
-#: would only take worker 1 away from the elite.
+#: instances of at most LINEAGE_MAX_N devices; above, it explores like the other odd
+#: workers. On the 192-GPU 8 x 24 suite instances the lineage's walks found nothing in
+#: 10 s (every answer of five seeds came from worker 0), and with worker 1 exploring
+#: instead (redeals, split kicks) the 10-seed means at ``--time-limit 10``, 2 workers
+#: (seeds 0-4 and 5-9 in two sessions, both rules in each), went from 46.74 to 46.07 s
+#: on draw 1 (3 of seeds 0-4's answers from worker 1) and from 36.78 to 36.62 s on
+#: draw 0. The lineage was built for the 96-GPU
+#: 12 x 8 instance (module text), below the limit. Above 512 devices the default rule
+#: runs 2 rounds of token walks (``temper_walk``) and the first topology start is the
+#: answer on the benchmark's 1024- and 4096-GPU fabrics.
 LINEAGE = True
-LINEAGE_MAX_N = DESCENT_FULL_N
+LINEAGE_MAX_N = 128
 #: Stream label of a lineage's ladders (after the worker's seed), above any round number
 #: (a walk's own stream is ``(seed, worker, round)``, solver.workers).
 LINEAGE_STREAM = 2**32 - 1
