@@ -38,7 +38,7 @@ def test_a_lineage_starts_from_a_random_layout_at_its_temperature_scale():
     assert (again.grids[0] == start).all() and not (other.grids[0] == start).all()
 
 
-def test_a_nearly_stalled_lineage_restarts_at_its_own_best_once():
+def test_a_nearly_stalled_lineage_restarts_at_its_own_best_once_then_afresh():
     model = _model()
     memory = {}
     first = lineage_ladder(model, (6, 6), memory, [0, 1])
@@ -51,7 +51,25 @@ def test_a_nearly_stalled_lineage_restarts_at_its_own_best_once():
     assert all((g == first.best_grid).all() for g in second.grids)
     assert second.temps.max() == pytest.approx(tempering.TAU_HOT * first.best)
     assert second.rng_state.tobytes() != first.rng_state.tobytes()
-    # still stalled, but at the best it already restarted from: once per best
+    # still stalled, at the best it already restarted from: once per best, then a
+    # fresh lineage from another random layout of its own stream
+    third = lineage_ladder(model, (6, 6), memory, [0, 1])
+    fresh = np.random.default_rng([0, 1, anytime.LINEAGE_STREAM, anytime.FRESH_STREAM + 1])
+    start = fresh.permutation(model.n).reshape(6, 6)
+    assert third is not second and memory["ladder"] is third
+    assert all((g == start).all() for g in third.grids) and not (start == first.best_grid).all()
+    assert third.temps.max() == pytest.approx(tempering.TAU_HOT * model.score_grid(start).comm)
+    third.run(3000)  # it moves: kept, as the first was
+    assert lineage_ladder(model, (6, 6), memory, [0, 1]) is third
+
+
+def test_without_fresh_lineages_a_stalled_lineage_keeps_its_ladder(monkeypatch):
+    monkeypatch.setattr(anytime, "LINEAGE_FRESH", False)
+    model = _model()
+    memory = {}
+    first = lineage_ladder(model, (6, 6), memory, [0, 1])
+    second = lineage_ladder(model, (6, 6), memory, [0, 1])  # stalled: restarts at its best
+    assert second is not first
     assert lineage_ladder(model, (6, 6), memory, [0, 1]) is second
 
 
