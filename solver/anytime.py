@@ -104,8 +104,9 @@ about 45 s for its best topology start); when its own best moved by less than
 NEAR_STALL in a walk, a new ladder starts at that best (scaled to it), once per best,
 and when the walk after that restart left its best where it was, a new lineage starts
 from another random layout (LINEAGE_FRESH: some lineages reach the better basin named
-below and the others stay out of it for the rest of the run). Its walks still end with the descent and rebalancing, and the round takes the better of
-its best and the elite, so the other workers get what it finds. Why: on the draw-1
+below and the others stay out of it for the rest of the run). Its walks still end with
+the descent and rebalancing, and the round takes the better of its best and the elite,
+so the other workers get what it finds. Why: on the draw-1
 12 x 8 suite instance the best layouts (38.4-38.6 s) mix two regions in seven of the
 twelve stage groups (DataP 14.9 s against 10.8 s) so that every pipeline stays inside
 one zone along each run of groups (Pipeline 23.7 s against 29.3 s); the topology starts
