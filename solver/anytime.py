@@ -359,10 +359,14 @@ def lineage_ladder(model, shape: tuple[int, int], memory: dict, seed) -> Ladder:
     LINEAGE_STREAM, FRESH_STREAM + m)`` for the m-th). The elite is never put into it.
     O(N) to draw or rebuild, besides the ladder's own set-up (solver.tempering)."""
     base = [*np.atleast_1d(seed).tolist(), LINEAGE_STREAM]
+
+    def from_random_layout(stream) -> Ladder:
+        rng = np.random.default_rng(stream)
+        return Ladder(model, rng.permutation(model.n).reshape(shape), rng)
+
     ladder = memory.get("ladder")
     if ladder is None:
-        rng = np.random.default_rng(base)
-        ladder = Ladder(model, rng.permutation(model.n).reshape(shape), rng)
+        ladder = from_random_layout(base)
     else:
         last = memory.get("lineage_best")
         stalled = last is not None and last - ladder.best < NEAR_STALL * last
@@ -373,8 +377,7 @@ def lineage_ladder(model, shape: tuple[int, int], memory: dict, seed) -> Ladder:
             ladder = Ladder(model, grid, np.random.default_rng([*base, memory["lineage_reseeds"]]))
         elif stalled and LINEAGE_FRESH:  # the restart at this best found nothing either
             memory["lineage_fresh"] = memory.get("lineage_fresh", 0) + 1
-            rng = np.random.default_rng([*base, FRESH_STREAM + memory["lineage_fresh"]])
-            ladder = Ladder(model, rng.permutation(model.n).reshape(shape), rng)
+            ladder = from_random_layout([*base, FRESH_STREAM + memory["lineage_fresh"]])
     memory["ladder"], memory["lineage_best"] = ladder, ladder.best
     return ladder
 
