@@ -101,10 +101,11 @@ Own lineage (LINEAGE, ``lineage_ladder``): worker 1 never takes the elite into i
 ladder. Its first ladder starts at a random layout, temperatures scaled to that
 layout's Comm (a random layout of the draw-1 12 x 8 suite instance: 310-402 s, against
 about 45 s for its best topology start); when its own best moved by less than
-NEAR_STALL in a walk, a new ladder starts at that best (scaled to it), once per best,
-and when the walk after that restart left its best where it was, a new lineage starts
-from another random layout (LINEAGE_FRESH: some lineages reach the better basin named
-below and the others stay out of it for the rest of the run). Its walks still end with
+NEAR_STALL in a walk, a new ladder starts at that best (scaled to it), once per
+lineage, and when the walk after that restart moved its best by less than NEAR_STALL
+too, a new lineage starts from another random layout (LINEAGE_FRESH: some lineages
+reach the better basin named below and the others stay out of it for the rest of the
+run). Its walks still end with
 the descent and rebalancing, and the round takes the better of its best and the elite,
 so the other workers get what it finds. Why: on the draw-1
 12 x 8 suite instance the best layouts (38.4-38.6 s) mix two regions in seven of the
@@ -197,13 +198,21 @@ LINEAGE_MAX_N = 128
 #: Stream label of a lineage's ladders (after the worker's seed), above any round number
 #: (a walk's own stream is ``(seed, worker, round)``, solver.workers).
 LINEAGE_STREAM = 2**32 - 1
-#: Whether a lineage whose restart at its own best found nothing in a walk starts over
-#: from another random layout (``lineage_ladder``). The draw-1 12 x 8 suite instance's
-#: better basin (38.5 s, module text) is reached by some lineages and not others; one
-#: session, ``--time-limit 10``, 2 workers, seeds 0-19, without -> with: mean 39.50 ->
-#: 39.16 s, 6 -> 10 answers of 20 below 39.0 s, worst 40.42 -> 39.91 s; seeds 0-4 of
-#: 10 x 8 (both draws), 16 x 4 and 12 x 8 of draw 0 and 8 x 8 of draw 1 within 0.1%, and
-#: seeds 5-14 of 10 x 8 draw 1 30.918 -> 30.927 s.
+#: Whether a lineage whose restart at its own best nearly stalled too (the walk after it
+#: moved the best by less than NEAR_STALL) starts over from another random layout
+#: (``lineage_ladder``). The draw-1 12 x 8 suite instance's better basin (38.5 s, module
+#: text) is reached by some lineages and not others; one session, ``--time-limit 10``, 2
+#: workers, seeds 0-19, without -> with (when the restart found nothing at all): mean
+#: 39.50 -> 39.16 s, 6 -> 10 answers of 20 below 39.0 s, worst 40.42 -> 39.91 s; seeds
+#: 0-4 of 10 x 8 (both draws), 16 x 4 and 12 x 8 of draw 0 and 8 x 8 of draw 1 within
+#: 0.1%, and seeds 5-14 of 10 x 8 draw 1 30.918 -> 30.927 s. A restart's walk that
+#: crawled (a lineage in the 40.5 s basin moved 0.01 s a walk) restarted once per best
+#: and never went fresh; one restart per lineage, then fresh (a later session, same
+#: measure, both rules in it): seeds 0-19 39.365 -> 39.085 s (6 -> 12 of 20 below 39.0
+#: s), seeds 20-39 39.333 -> 39.200 s (9 -> 11); within noise: 10 x 8 seeds 0-9 draw 0
+#: 44.014 -> 44.042 s, draw 1 30.914 -> 30.905 s, seeds 0-4 of 16 x 4, 8 x 8 and 12 x 8
+#: draw 0 (34.315 -> 34.316, 23.902 s both, 43.933 -> 43.918 s), 8 x 8 draw 1 19.906 ->
+#: 19.922 s, 16 x 4 draw 1 seeds 0-14 23.565 -> 23.585 s.
 LINEAGE_FRESH = True
 #: Added to the count of fresh lineages in their stream label (restarts at a best use
 #: the small counts).
@@ -354,9 +363,10 @@ def lineage_ladder(model, shape: tuple[int, int], memory: dict, seed) -> Ladder:
     the elite's ladder: module text). Later walks: the same ladder, or, when the last
     walk improved its best by less than NEAR_STALL of it, a new one with every chain at
     that best (temperatures scaled to it; stream ``(*seed, LINEAGE_STREAM, n)`` for the
-    n-th), once per best; when the walk after that restart left the best where it was
-    too (LINEAGE_FRESH), a new lineage from another random layout (stream ``(*seed,
-    LINEAGE_STREAM, FRESH_STREAM + m)`` for the m-th). The elite is never put into it.
+    n-th), once per lineage (once per best without LINEAGE_FRESH); when the walk after
+    that restart improved the best by less than NEAR_STALL too (LINEAGE_FRESH), a new
+    lineage from another random layout (stream ``(*seed, LINEAGE_STREAM, FRESH_STREAM +
+    m)`` for the m-th). The elite is never put into it.
     O(N) to draw or rebuild, besides the ladder's own set-up (solver.tempering)."""
     base = [*np.atleast_1d(seed).tolist(), LINEAGE_STREAM]
 
@@ -370,14 +380,18 @@ def lineage_ladder(model, shape: tuple[int, int], memory: dict, seed) -> Ladder:
     else:
         last = memory.get("lineage_best")
         stalled = last is not None and last - ladder.best < NEAR_STALL * last
-        if stalled and memory.get("lineage_reseeded") != ladder.best_grid.tobytes():
+        # with fresh lineages, one restart per lineage; without, one per best
+        again = not (LINEAGE_FRESH and memory.get("lineage_restarted", False))
+        if stalled and again and memory.get("lineage_reseeded") != ladder.best_grid.tobytes():
             grid = ladder.best_grid.copy()
             memory["lineage_reseeded"] = grid.tobytes()
             memory["lineage_reseeds"] = memory.get("lineage_reseeds", 0) + 1
             ladder = Ladder(model, grid, np.random.default_rng([*base, memory["lineage_reseeds"]]))
-        elif stalled and LINEAGE_FRESH:  # the restart at this best found nothing either
+            memory["lineage_restarted"] = True
+        elif stalled and LINEAGE_FRESH:  # the walk after its restart nearly stalled too
             memory["lineage_fresh"] = memory.get("lineage_fresh", 0) + 1
             ladder = from_random_layout([*base, FRESH_STREAM + memory["lineage_fresh"]])
+            memory["lineage_restarted"] = False
     memory["ladder"], memory["lineage_best"] = ladder, ladder.best
     return ladder
 

@@ -63,6 +63,46 @@ def test_a_nearly_stalled_lineage_restarts_at_its_own_best_once_then_afresh():
     assert lineage_ladder(model, (6, 6), memory, [0, 1]) is third
 
 
+def _nearly_stalled_at_another_best(model, memory, ladder):
+    """The last walk moved the ladder's best to another grid, by less than NEAR_STALL:
+    the same layout with two pipelines (rows) swapped, which has the same Comm."""
+    moved = ladder.best_grid[[1, 0, *range(2, ladder.best_grid.shape[0])]].copy()
+    assert model.score_grid(moved).comm == pytest.approx(ladder.best)
+    memory["lineage_best"] = ladder.best * (1 + anytime.NEAR_STALL / 2)
+    ladder.best_grid = moved
+    return moved
+
+
+def test_a_lineage_restarts_once_then_afresh_even_when_its_best_crawls():
+    """The walk after the restart moved the best, but by less than NEAR_STALL: a fresh
+    lineage, not a second restart at the new best."""
+    model = _model()
+    memory = {}
+    first = lineage_ladder(model, (6, 6), memory, [0, 1])
+    second = lineage_ladder(model, (6, 6), memory, [0, 1])  # stalled: restart at its best
+    assert all((g == first.best_grid).all() for g in second.grids)
+    moved = _nearly_stalled_at_another_best(model, memory, second)
+    third = lineage_ladder(model, (6, 6), memory, [0, 1])
+    start = np.random.default_rng([0, 1, anytime.LINEAGE_STREAM, anytime.FRESH_STREAM + 1]).permutation(
+        model.n).reshape(6, 6)
+    assert all((g == start).all() for g in third.grids) and not (start == moved).all()
+    # the fresh lineage gets its own restart when it stalls in turn
+    fourth = lineage_ladder(model, (6, 6), memory, [0, 1])
+    assert all((g == third.best_grid).all() for g in fourth.grids)
+
+
+def test_without_fresh_lineages_a_crawling_lineage_restarts_at_each_new_best(monkeypatch):
+    monkeypatch.setattr(anytime, "LINEAGE_FRESH", False)
+    model = _model()
+    memory = {}
+    first = lineage_ladder(model, (6, 6), memory, [0, 1])
+    second = lineage_ladder(model, (6, 6), memory, [0, 1])
+    moved = _nearly_stalled_at_another_best(model, memory, second)
+    third = lineage_ladder(model, (6, 6), memory, [0, 1])
+    assert third is not second and all((g == moved).all() for g in third.grids)
+    assert first is not second
+
+
 def test_without_fresh_lineages_a_stalled_lineage_keeps_its_ladder(monkeypatch):
     monkeypatch.setattr(anytime, "LINEAGE_FRESH", False)
     model = _model()
