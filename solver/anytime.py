@@ -105,10 +105,9 @@ NEAR_STALL in a walk, a new ladder starts at that best (scaled to it), once per
 lineage, and when the walk after that restart moved its best by less than NEAR_STALL
 too, a new lineage starts from another random layout (LINEAGE_FRESH: some lineages
 reach the better basin named below and the others stay out of it for the rest of the
-run). Its walks still end with
-the descent and rebalancing, and the round takes the better of its best and the elite,
-so the other workers get what it finds. Why: on the draw-1
-12 x 8 suite instance the best layouts (38.4-38.6 s) mix two regions in seven of the
+run). Its walks still end with the descent and rebalancing, and the round takes the
+better of its best and the elite, so the other workers get what it finds. Why: on the
+draw-1 12 x 8 suite instance the best layouts (38.4-38.6 s) mix two regions in seven of the
 twelve stage groups (DataP 14.9 s against 10.8 s) so that every pipeline stays inside
 one zone along each run of groups (Pipeline 23.7 s against 29.3 s); the topology starts
 give region-pure groups, and from their basin (39.7-40.6 s) the mixed layouts lie
@@ -212,7 +211,7 @@ LINEAGE_STREAM = 2**32 - 1
 #: s), seeds 20-39 39.333 -> 39.200 s (9 -> 11); within noise: 10 x 8 seeds 0-9 draw 0
 #: 44.014 -> 44.042 s, draw 1 30.914 -> 30.905 s, seeds 0-4 of 16 x 4, 8 x 8 and 12 x 8
 #: draw 0 (34.315 -> 34.316, 23.902 s both, 43.933 -> 43.918 s), 8 x 8 draw 1 19.906 ->
-#: 19.922 s, 16 x 4 draw 1 seeds 0-14 23.565 -> 23.585 s.
+#: 19.922 s, 16 x 4 draw 1 seeds 0-14 23.566 -> 23.585 s.
 LINEAGE_FRESH = True
 #: Added to the count of fresh lineages in their stream label (restarts at a best use
 #: the small counts).
