@@ -121,14 +121,45 @@ run of the same rule), 10 x 8 draw 1 30.99 -> 30.90 s (previous release's tables
 quoted; spread 1.4% -> 0.3%); within noise: 8 x 24 draw 1 46.22 -> 46.44 s (another
 run of the same rule: 45.82 s), 8 x 8 draw 1 19.93 -> 19.90 s, and every draw-0
 instance within 0.1%. Up to LINEAGE_MAX_N devices worker 1 no longer explores
-(solver.exclusion): with 2 workers there is no explorer there. At 192 GPUs a random
-layout's ladder found nothing in 10 s, and worker 1 explores again (LINEAGE_MAX_N).
+(solver.exclusion): with 2 workers there is no explorer there, but for the lineage's
+own explorer walks (below). At 192 GPUs a random layout's ladder found nothing in 10
+s, and worker 1 explores again (LINEAGE_MAX_N).
 Not kept, same session, 12 x 8 draw 1 means: the lineage for worker 1's first three or
 five walks only, then the elite (39.57, 39.59 s: as good, with one more rule); the
 first ladder of every worker 4 or 8 times hotter (39.76, 39.95 s); a DataP floor in
 the chains' energy (Comm with DataP raised to a floor of 13-17 s, 4 s from the 40.06 s
 layout: no layout below 39.8 s); swaps of two rows' runs of 2-8 devices in the kernel,
 1/8 or 1/4 of the proposals (39.83, 40.42 s).
+
+Lineage explorers (LINEAGE_EXPLORES, EXPLORE_COARSE_KEY): worker 1 spends a walk
+exploring (``explore``) when the elite is nearly stalled or stalled, every redeal
+(confinements, exclusions) listed whatever the elite's DataP share, and the split kicks;
+it tempers its lineage otherwise, and for what is left of a walk once every candidate
+has failed. A lineage walk that follows exploring walks goes on with its ladder (the
+restart or fresh start of LINEAGE_FRESH waits for a walk that follows a lineage walk;
+the figures below are of that rule). An exploring walk's place in its candidate list is
+kept under the elite's coarse component vectors (``explore_key``), not the grid: a
+ladder crawling 0.01 s a round changes the elite every round, and a list restarted every
+round tried only its first few candidates (a candidate takes about a round at 10-12
+stages). Why: up to LINEAGE_MAX_N devices with 2 workers no worker explored, and two
+suite instances sat in a basin that only a whole-grid redeal leaves. The draw-3 80-GPU
+10 x 8 instance has two layout families, 40.8 s (DataP 25.6 s, Pipeline 15.2 s: the slow
+host spread over three mixed groups) and 42.4 s (12.8 / 29.6 s: the slow host confined
+with its region); the ladders rarely cross between them and an exclusion redeal does
+(42.36 -> 41.32 s, then 40.98 s after a 0.5 s ladder). Measured in one session at
+``--time-limit 10``, 2 workers, mean Comm without -> with: draw-3 10 x 8 seeds 0-9 41.96
+-> 40.88 s (2 -> 7 of 10 below 41 s; 39.869 s, and 39.866 s by a seed without; seeds 0-4
+with the grid as the key instead of the coarse vectors: 41.90 s against 40.66 s with
+them); draw-2 48-GPU 4 x 12 seeds 0-4 34.576 s on every seed -> 31.02-31.04 s (31.008 s
+the lowest found, by an earlier release); 192-GPU 8 x 24 (where worker 1 is an explorer
+and only the key changed) draw 1 46.46 -> 45.71 s, draw 0 36.62 -> 36.71 s. The
+lineage's instance, 12 x 8 draw 1, seeds 0-14: 39.19 -> 39.36 s (8 -> 6 of 15 below 39.0
+s; seeds 5-14 alone 39.29 -> 39.25 s): within its two-basin noise. Within 0.2% either
+way, seeds 0-4: every other 36-96-GPU instance of draws 0 and 1, and 16 x 4, 10 x 8 and
+12 x 8 of draw 2; draw 3: 12 x 8 34.75 -> 34.67 s, 16 x 4 33.82 -> 33.94 s, 4 x 12 31.26
+s both. Not kept: worker 0 exploring a nearly stalled elite instead (10 x 8 draw 3 42.19
+s, 12 x 8 draw 1 39.80 s); worker 1 exploring at most every other walk or every third
+(10 x 8 draw 3 41.81 and 41.36 s, 12 x 8 draw 1 39.17 and 39.38 s).
 
 Cost: the ladder's steps (O(K D_DP) each, solver.tempering), then one descent
 of at most DESCENT_SWEEPS local-search sweeps (O(N^2 D_DP) array work each) and
@@ -213,6 +244,15 @@ LINEAGE_STREAM = 2**32 - 1
 #: draw 0 (34.315 -> 34.316, 23.902 s both, 43.933 -> 43.918 s), 8 x 8 draw 1 19.906 ->
 #: 19.922 s, 16 x 4 draw 1 seeds 0-14 23.566 -> 23.585 s.
 LINEAGE_FRESH = True
+#: Whether worker 1, while it keeps a lineage, explores an elite that the last round
+#: improved by less than NEAR_STALL (or not at all) for that walk, every redeal listed
+#: whatever the elite's DataP share (``explore``), and tempers its lineage otherwise or
+#: once every candidate failed (module text: "Lineage explorers").
+LINEAGE_EXPLORES = True
+#: Whether an exploring walk goes on in the candidate list where the last one stopped
+#: when its elite has the same component vectors at every coarse level as the grid that
+#: walk ended on (``explore_key``), not only when it is the same grid.
+EXPLORE_COARSE_KEY = True
 #: Added to the count of fresh lineages in their stream label (restarts at a best use
 #: the small counts).
 FRESH_STREAM = 2**31
@@ -266,20 +306,28 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     coldest chain. An ``explorer`` first tries an
     exploring walk (``explore``) and tempers when that declines, or for what is left
     of the walk once every candidate of its grid has failed. A ``lineage`` walk tempers
-    its worker's own lineage (``lineage_ladder``) and never explores; it returns the
-    better of the elite and what the lineage reached."""
+    its worker's own lineage (``lineage_ladder``) and returns the better of the elite
+    and what the lineage reached; with LINEAGE_EXPLORES it explores a (nearly) stalled
+    elite first, like an explorer, every redeal listed whatever the DataP share; after
+    such a walk the lineage's next walk goes on with its ladder whatever the last lineage
+    walk gained (``lineage_ladder`` judges a stall only on a walk that follows one)."""
     start_nfev, start_nit = effort.nfev, effort.nit
     strategy, trace = "", []
     stalled = memory.get("elite") == grid.tobytes()  # no walk improved it last round
     last = memory.get("elite_fun")
     nearly = not stalled and last is not None and last - fun < NEAR_STALL * last
     memory["elite"], memory["elite_fun"] = grid.tobytes(), fun
-    if explorer and EXPLORE and not lineage:
+    # worker 1 explores a (nearly) stalled elite too, for that walk (LINEAGE_EXPLORES)
+    both = lineage and LINEAGE_EXPLORES and EXPLORE and (stalled or nearly)
+    if (explorer and EXPLORE and not lineage) or both:
         walk = explore(model, grid, fun, rng, effort, memory, clock=clock, cancel=cancel,
                        on_best=on_best, strategy_prefix=strategy_prefix,
-                       kicks=exclusion.KICKS if stalled else NEAR_KICKS if nearly else 0)
+                       kicks=exclusion.KICKS if stalled else NEAR_KICKS if nearly else 0,
+                       share=0.0 if both else exclusion.EXCLUDE_SHARE)
         if walk is not None:
             if effort.should_stop() or memory.get("done") != walk.grid.tobytes():
+                if both:  # the lineage's next walk is not judged stalled (docstring)
+                    memory["lineage_idle"] = True
                 return walk
             # every candidate of its grid failed and the walk has time left: temper on
             grid, fun, strategy, trace = walk.grid, walk.fun, walk.strategy, list(walk.trace)
@@ -365,8 +413,9 @@ def lineage_ladder(model, shape: tuple[int, int], memory: dict, seed) -> Ladder:
     n-th), once per lineage (once per best without LINEAGE_FRESH); when the walk after
     that restart improved the best by less than NEAR_STALL too (LINEAGE_FRESH), a new
     lineage from another random layout (stream ``(*seed, LINEAGE_STREAM, FRESH_STREAM +
-    m)`` for the m-th). The elite is never put into it.
-    O(N) to draw or rebuild, besides the ladder's own set-up (solver.tempering)."""
+    m)`` for the m-th). The elite is never put into it. No stall is judged on the walk
+    after an exploring walk of the lineage's worker (``memory["lineage_idle"]``, set by
+    ``temper``). O(N) to draw or rebuild, besides the ladder's own set-up (solver.tempering)."""
     base = [*np.atleast_1d(seed).tolist(), LINEAGE_STREAM]
 
     def from_random_layout(stream) -> Ladder:
@@ -378,7 +427,8 @@ def lineage_ladder(model, shape: tuple[int, int], memory: dict, seed) -> Ladder:
         ladder = from_random_layout(base)
     else:
         last = memory.get("lineage_best")
-        stalled = last is not None and last - ladder.best < NEAR_STALL * last
+        stalled = (last is not None and last - ladder.best < NEAR_STALL * last
+                   and not memory.pop("lineage_idle", False))
         # with fresh lineages, one restart per lineage; without, one per best
         again = not (LINEAGE_FRESH and memory.get("lineage_restarted", False))
         if stalled and again and memory.get("lineage_reseeded") != ladder.best_grid.tobytes():
@@ -401,16 +451,25 @@ def _levels(model, memory: dict) -> None:
         memory["levels"], memory["fine"] = levels(model), fine_level(model)
 
 
+def explore_key(grid: np.ndarray, memory: dict) -> bytes:
+    """What an exploring walk's progress is kept under (``explore``): the grid's
+    component vectors at every coarse level (solver.rebalance.signature; EXPLORE_COARSE_KEY),
+    or the grid itself. A ladder crawling 0.01 s a round changes the elite every round and
+    leaves those vectors as they were. O(N L)."""
+    return signature(grid, memory["levels"]) if EXPLORE_COARSE_KEY else grid.tobytes()
+
+
 def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort: Effort,
             memory: dict, *, clock: Callable[[], float], cancel: Callable[[], bool],
             on_best: Callable[[float], None] = lambda f: None, strategy_prefix: str = "",
-            kicks: int = 0) -> Walk | None:
+            kicks: int = 0, share: float = exclusion.EXCLUDE_SHARE) -> Walk | None:
     """An explorer's walk: whole-grid redeals (solver.exclusion) of the elite, one after
     another, each from the best so far, until the walk's budget or clock ends. The
     candidates of a grid are taken in turn, confinements first, each list from a
     per-worker offset (its seeded stream, one further for each new elite), and again
     from the first after each improvement; a walk from the grid the last walk ended
-    on goes on where it stopped.
+    on, or from one of the same coarse component vectors (``explore_key``), goes on
+    where it stopped.
 
     With ``kicks`` > 0 the elite also gets its first ``kicks`` split kicks
     (solver.exclusion.kicks, after the confinements and exclusions when DataP rules,
@@ -421,10 +480,11 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     costs about what a candidate costs, and while the ladder still improves, the
     worker's time is worth more there (module text).
 
-    The redeals are listed while the elite's DataP is at least EXCLUDE_SHARE of its
-    Comm, the kicks when asked for; each part once per grid (``memory``:
-    "explored" holds the last grid whose redeals all failed, "kicked" the last grid whose
-    first ``kicks`` kicks all failed, and that number).
+    The redeals are listed while the elite's DataP is at least ``share`` of its Comm
+    (EXCLUDE_SHARE; 0 for a lineage's walk, LINEAGE_EXPLORES), the kicks when asked
+    for; each part once per key (``explore_key``; ``memory``: "explored" holds the
+    last key whose redeals all failed, "kicked" the last key whose first ``kicks``
+    kicks all failed, and that number).
     None (the caller tempers instead) when N exceeds DESCENT_FULL_N, or neither part is
     listed or left untried for this elite; ``memory["done"]`` is the walk's grid when
     the walk tried every candidate of it (the caller then tempers on)."""
@@ -432,14 +492,14 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     score = model.score_grid(grid)
     if model.n > DESCENT_FULL_N or score.comm <= 0:
         return None
-    bound = score.data_p >= exclusion.EXCLUDE_SHARE * score.comm
+    bound = score.data_p >= share * score.comm
     kick = KICK and kicks > 0
-    key = grid.tobytes()
+    _levels(model, memory)
+    key = explore_key(grid, memory)
     kicked = memory.get("kicked", (b"", 0))  # (grid, how many of its kicks) that all failed
     parts = (bound and memory.get("explored") != key, kick and (kicked[0] != key or kicked[1] < kicks))
     if not any(parts):
         return None
-    _levels(model, memory)
     if "offset" not in memory:
         memory["offset"] = int(rng.integers(1 << 30))
     at = memory.get("exploring")
@@ -459,8 +519,8 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     most = max(1, (effort.budget - effort.nfev) // (EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2))
     while tried < most and not effort.should_stop():
         if fails >= len(cands):  # every candidate of this grid failed
-            done = best_grid.tobytes()
-            memory["done"] = done
+            memory["done"] = best_grid.tobytes()
+            done = explore_key(best_grid, memory)
             if parts[0]:
                 memory["explored"] = done
             if parts[1]:
@@ -481,7 +541,7 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
             cands = listed(best_grid)
         else:
             fails += 1
-    memory["exploring"] = (best_grid.tobytes(), parts, fails)
+    memory["exploring"] = (explore_key(best_grid, memory), parts, fails)
     if tried == 0:
         return None
     return Walk(best_grid, best, strategy, effort.nfev - start_nfev, 0, 0, trace)

@@ -5,9 +5,9 @@ stream seeded ``(seed, w, k)``; each runs one tempering walk (solver.anytime; th
 keeps its ladder between rounds, seeded ``(seed, w)``, and rebuilds it from a nearly
 stalled elite; worker 1 keeps a lineage of its own from a random layout and never takes
 the elite into its ladder, ``solver.anytime.lineage_ladder``, up to
-``solver.anytime.LINEAGE_MAX_N`` devices; the other odd workers
-explore instead while DataP rules the elite or the elite has stalled,
-``solver.anytime.explore``) for a fixed number of scored
+``solver.anytime.LINEAGE_MAX_N`` devices, and spends a walk exploring a nearly stalled
+elite; the other odd workers explore instead while DataP rules the elite or the elite
+has stalled, ``solver.anytime.explore``) for a fixed number of scored
 swaps, or, under a time limit, until the round's share of it, the deadline or a cancel.
 When every worker has answered, the
 best walk (ties: lowest worker index) becomes the elite of round ``k + 1``. Without a

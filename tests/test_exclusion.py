@@ -161,7 +161,76 @@ def test_a_stalled_elite_gets_split_kicks_only_where_datap_does_not_rule(monkeyp
         walk = temper(model, grid, fun, np.random.default_rng(0), Effort(budget), memory, seed=[0, 1],
                       clock=time.monotonic, cancel=lambda: False, explorer=True)
         assert walk.fun <= fun and tried == want and walk.iterations > 0  # the ladder ran
-    assert memory["kicked"][0] == grid.tobytes() and "explored" not in memory
+    assert memory["kicked"][0] == anytime.explore_key(grid, memory) and "explored" not in memory
+
+
+def test_a_lineage_walk_explores_a_stalled_elite_with_every_redeal_listed(monkeypatch):
+    """Worker 1 with a lineage (LINEAGE_EXPLORES): a first elite goes to the lineage; the
+    same elite handed again (stalled) is explored, its exclusions listed although DataP
+    is light, then its kicks, two candidates a walk; once every candidate failed the
+    lineage walks again, on its ladder: the walk after exploring walks is not judged
+    stalled (a restart waits for a walk that follows a lineage walk)."""
+    model = _two_regions_datap_light()
+    grid = np.arange(16).reshape(4, 4)
+    fun = model.score_grid(grid).comm
+    assert model.score_grid(grid).data_p < exclusion.EXCLUDE_SHARE * fun
+    labels = np.zeros(16, dtype=np.int64)
+    tried = []
+    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [exclusion.Candidate("exclusion", labels, None)] * 3)
+    monkeypatch.setattr(exclusion, "kicks", lambda *a: [exclusion.Candidate("split", labels, None, grid)])
+    monkeypatch.setattr(exclusion, "redeal", lambda model, g, cand, *a, **k: (
+        tried.append(cand.kind) or (g, fun + 1.0, 10)))
+    memory = {}
+    budget = 2 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2  # two candidates' worth
+
+    def walk():
+        return temper(model, grid, fun, np.random.default_rng(0), Effort(budget), memory, seed=[0, 1],
+                      clock=time.monotonic, cancel=lambda: False, explorer=False, lineage=True)
+
+    first = walk()
+    assert tried == [] and first.iterations > 0
+    ladder = memory["ladder"]
+    for want in (["exclusion"] * 2, ["exclusion"] * 3 + ["split"]):
+        explored = walk()
+        assert tried == want and explored.iterations == 0 and memory["ladder"] is ladder
+    memory["lineage_best"] = ladder.best  # as if the last lineage walk had moved nothing
+    last = walk()  # every candidate failed: the lineage walks on, the same ladder
+    assert tried == want and last.iterations > 0 and memory["ladder"] is ladder
+    monkeypatch.setattr(anytime, "LINEAGE_EXPLORES", False)
+    assert walk().iterations > 0 and len(tried) == 4
+
+
+def test_an_elite_of_the_same_coarse_vectors_goes_on_where_the_last_walk_stopped(monkeypatch):
+    """EXPLORE_COARSE_KEY: an elite that differs from the last walk's grid only by devices
+    of one component trading groups (a crawling ladder) takes the next candidates of the
+    list; an elite of other vectors starts the list again, one further along."""
+    model = _two_regions_datap_light()
+    grid = np.arange(16).reshape(4, 4)
+    crawled = grid.copy()
+    crawled[0, 0], crawled[0, 1] = grid[0, 1], grid[0, 0]  # devices 0 and 1: one region
+    moved = grid.copy()
+    moved[0, 0], moved[2, 1] = grid[2, 1], grid[0, 0]  # device 0 and device 9: two regions
+    labels = np.zeros(16, dtype=np.int64)
+    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [exclusion.Candidate("exclusion", labels, None)] * 5)
+    monkeypatch.setattr(exclusion, "redeal", lambda model, g, cand, *a, **k: (g, 1e9, 10))
+    memory = {}
+    budget = 2 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2
+
+    def walk(g):
+        return explore(model, g, model.score_grid(g).comm, np.random.default_rng(0), Effort(budget), memory,
+                       clock=time.monotonic, cancel=lambda: False, share=0.0)
+
+    walk(grid)
+    offset = memory["offset"]
+    assert memory["exploring"][2] == 2
+    walk(crawled)
+    assert memory["exploring"][2] == 4 and memory["offset"] == offset
+    walk(moved)
+    assert memory["exploring"][2] == 2 and memory["offset"] == offset + 1
+    monkeypatch.setattr(anytime, "EXPLORE_COARSE_KEY", False)
+    walk(grid)
+    walk(crawled)
+    assert memory["exploring"][2] == 2 and memory["offset"] == offset + 3
 
 
 def test_a_nearly_stalled_elite_gets_its_best_kicks_and_a_stalled_one_the_rest(monkeypatch):
@@ -185,7 +254,7 @@ def test_a_nearly_stalled_elite_gets_its_best_kicks_and_a_stalled_one_the_rest(m
         walk = temper(model, elite, fun, np.random.default_rng(0), Effort(budget), memory, seed=[0, 1],
                       clock=time.monotonic, cancel=lambda: False, explorer=True)
         assert tried == want and walk.iterations > 0  # every kick failed: the ladder ran
-    assert memory["kicked"] == (flipped.tobytes(), exclusion.KICKS)
+    assert memory["kicked"] == (anytime.explore_key(flipped, memory), exclusion.KICKS)
 
 
 @pytest.mark.parametrize("reseed", [True, False])
@@ -283,9 +352,9 @@ def test_an_exploring_walk_is_a_function_of_its_inputs_and_goes_on_where_it_stop
     assert first["exploring"] == again["exploring"]
     if a.fun < fun:
         assert a.strategy.endswith(("confinement, then segment rebalance", "exclusion, then segment rebalance"))
-        assert key == a.grid.tobytes()
+        assert key == anytime.explore_key(a.grid, first)
     else:  # both tries failed: the next walk from this grid takes the next two
-        assert key == grid.tobytes() and fails == 2
+        assert key == anytime.explore_key(grid, first) and fails == 2
         offset = first["offset"]
         walk(first)
         assert first["offset"] == offset and first["exploring"][2] == 4
@@ -328,7 +397,7 @@ def test_once_every_candidate_failed_the_walk_tempers_for_the_rest(monkeypatch):
     budget = 3 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2  # three tries' worth: two fail, then the ladder
     walk = temper(model, grid, fun, np.random.default_rng(0), Effort(budget), memory, seed=[0, 1],
                   clock=time.monotonic, cancel=lambda: False, explorer=True)
-    assert tried == ["confinement", "confinement"] and memory["explored"] == grid.tobytes()
+    assert tried == ["confinement", "confinement"] and memory["explored"] == anytime.explore_key(grid, memory)
     assert walk.iterations > 0 and "ladder" in memory and walk.fun <= fun
     assert walk.fun == pytest.approx(model.score_grid(walk.grid).comm, rel=1e-12)
     tried.clear()
