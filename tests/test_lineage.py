@@ -144,3 +144,18 @@ def test_a_lineage_walk_never_takes_the_elite_and_returns_the_better(monkeypatch
     assert injected and not any((g == elite).all() for g in injected) and explored == [1, 1]
     assert built and not any((g == elite).all() for g in built)
     assert walk.fun < fun  # three lineage walks beat the elite, a layout in device order
+
+
+def test_exploring_walks_spare_only_the_next_lineage_walk_from_a_stall_verdict():
+    """LINEAGE_EXPLORES: the walk after exploring walks keeps its ladder whatever the last
+    lineage walk gained; the mark is used up there, so the walk after that is judged."""
+    model = _model()
+    for gained in (True, False):
+        memory = {}
+        first = lineage_ladder(model, (6, 6), memory, [0, 1])
+        memory["lineage_best"] = first.best * (2.0 if gained else 1.0)
+        memory["lineage_idle"] = True  # set by temper after an exploring walk
+        assert lineage_ladder(model, (6, 6), memory, [0, 1]) is first and "lineage_idle" not in memory
+        # nothing gained since: stalled, so it restarts at its best
+        second = lineage_ladder(model, (6, 6), memory, [0, 1])
+        assert second is not first and all((g == first.best_grid).all() for g in second.grids)
