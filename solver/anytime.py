@@ -40,7 +40,8 @@ scoring (solver.native), the closings of a 10 s run (seed 1, both workers togeth
 
 Explorers (``explore``: the odd workers, but worker 1 while it keeps a lineage, up to
 LINEAGE_MAX_N devices; while
-DataP is at least solver.exclusion.EXCLUDE_SHARE of the elite's Comm) run whole-grid
+DataP is at least solver.exclusion.EXCLUDE_SHARE of the elite's Comm, or the elite has
+(nearly) stalled: "Stalled redeals" below) run whole-grid
 redeals instead of the ladder: on the draw-1 192-GPU 8 x 24 suite instance, whose layouts sit on a DataP
 plateau (every stage group holds a device of each slow-NIC host), five 10 s runs
 ended at 45.5-50.1 s (mean 48.2) against 52.6-53.8 s (mean 53.2) with every worker
@@ -133,7 +134,7 @@ layout: no layout below 39.8 s); swaps of two rows' runs of 2-8 devices in the k
 
 Lineage explorers (LINEAGE_EXPLORES, EXPLORE_COARSE_KEY): worker 1 spends a walk
 exploring (``explore``) when the elite is nearly stalled or stalled, every redeal
-(confinements, exclusions) listed whatever the elite's DataP share, and the split kicks;
+(confinements, exclusions, packings) listed whatever the elite's DataP share, and the split kicks;
 it tempers its lineage otherwise, and for what is left of a walk once every candidate
 has failed. A lineage walk that follows exploring walks goes on with its ladder (the
 restart or fresh start of LINEAGE_FRESH waits for a walk that follows a lineage walk;
@@ -164,6 +165,18 @@ Within 0.2% either way, seeds 0-4: every other 36-96-GPU instance of draws 0 and
 instead (10 x 8 draw 3 42.19 s, 12 x 8 draw 1 39.80 s); worker 1 exploring at most every
 other walk or every third (10 x 8 draw 3 41.81 and 41.36 s, 12 x 8 draw 1 39.17 and
 39.38 s).
+
+Stalled redeals (STALL_REDEALS): an explorer that is not a lineage's (with 2 workers,
+worker 1 above LINEAGE_MAX_N devices) lists every redeal of a (nearly) stalled elite,
+whatever its DataP share, before the split kicks; where the elite still improves by
+NEAR_STALL a round, the DataP gate holds. Why: on the draw-3 192-GPU 8 x 24 suite
+instance a 10 s layout of 41.27 s (DataP 22.7 s, 55% of Comm: under the gate) got only
+split kicks, none better than 41.24 s, where 11 of its 54 redeals, each tried once from
+it, reached 38.46-40.56 s (an exclusion 38.46 s, three packings 38.66-38.85 s, a
+confinement 40.56 s; 0.1-0.9 s each). Measured in one session at ``--time-limit 10``,
+2 workers, seeds 0-4, mean Comm without -> with: h192 draw 3 41.38 -> 39.61 s (37.18 s
+the best seed; one seed still at 43.45 s), draw 1 46.44 -> 46.02 s, draw 0 36.73 ->
+36.59 s, draw 2 47.14 -> 47.16 s.
 
 Cost: the ladder's steps (O(K D_DP) each, solver.tempering), then one descent
 of at most DESCENT_SWEEPS local-search sweeps (O(N^2 D_DP) array work each) and
@@ -203,7 +216,7 @@ CLOSING_FADE = 0.7
 #: Most devices for a full closing descent; above, the walk's best is only polished.
 DESCENT_FULL_N = 512
 #: Whether odd-numbered workers (but a lineage's, LINEAGE) explore (``explore``) while
-#: the elite is bound by DataP (and, with KICK, while it has stalled).
+#: the elite is bound by DataP (and, with KICK and STALL_REDEALS, while it has stalled).
 EXPLORE = True
 #: Whether explorers also try split kicks (solver.exclusion.kicks) on an elite that no
 #: walk of the last round improved, whatever its DataP.
@@ -253,6 +266,10 @@ LINEAGE_FRESH = True
 #: whatever the elite's DataP share (``explore``), and tempers its lineage otherwise or
 #: once every candidate failed (module text: "Lineage explorers").
 LINEAGE_EXPLORES = True
+#: Whether an explorer (not a lineage's) lists every redeal of an elite that the last
+#: round improved by less than NEAR_STALL (or not at all), whatever its DataP share,
+#: before the split kicks (module text: "Stalled redeals").
+STALL_REDEALS = True
 #: Whether an exploring walk goes on in the candidate list where the last one stopped
 #: when its elite has the same component vectors at every coarse level as the grid that
 #: walk ended on (``explore_key``), not only when it is the same grid.
@@ -308,7 +325,8 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     the walk's budget (``CHAINS`` scored swaps a step); its best is then descended
     (exact matchings, order, partition swaps) and the descended grid goes back into the
     coldest chain. An ``explorer`` first tries an
-    exploring walk (``explore``) and tempers when that declines, or for what is left
+    exploring walk (``explore``; every redeal listed for a (nearly) stalled elite,
+    STALL_REDEALS) and tempers when that declines, or for what is left
     of the walk once every candidate of its grid has failed. A ``lineage`` walk tempers
     its worker's own lineage (``lineage_ladder``) and returns the better of the elite
     and what the lineage reached; with LINEAGE_EXPLORES it explores a (nearly) stalled
@@ -323,11 +341,13 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     memory["elite"], memory["elite_fun"] = grid.tobytes(), fun
     # worker 1 explores a (nearly) stalled elite too, for that walk (LINEAGE_EXPLORES)
     both = lineage and LINEAGE_EXPLORES and EXPLORE and (stalled or nearly)
+    # a (nearly) stalled elite gets every redeal, whatever its DataP (STALL_REDEALS)
+    every = both or (STALL_REDEALS and (stalled or nearly))
     if (explorer and EXPLORE and not lineage) or both:
         walk = explore(model, grid, fun, rng, effort, memory, clock=clock, cancel=cancel,
                        on_best=on_best, strategy_prefix=strategy_prefix,
                        kicks=exclusion.KICKS if stalled else NEAR_KICKS if nearly else 0,
-                       share=0.0 if both else exclusion.EXCLUDE_SHARE)
+                       share=0.0 if every else exclusion.EXCLUDE_SHARE)
         if walk is not None:
             if effort.should_stop() or memory.get("done") != walk.grid.tobytes():
                 if both:  # the lineage's next walk is not judged stalled (docstring)
@@ -490,10 +510,12 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     worker's time is worth more there (module text).
 
     The redeals are listed while the elite's DataP is at least ``share`` of its Comm
-    (EXCLUDE_SHARE; 0 for a lineage's walk, LINEAGE_EXPLORES), the kicks when asked
+    (EXCLUDE_SHARE; 0 for a (nearly) stalled elite, STALL_REDEALS, and for a lineage's
+    walk, LINEAGE_EXPLORES), the kicks when asked
     for; each part once per key (``explore_key``; ``memory``: "explored" holds the
     last key whose redeals all failed, "kicked" the last key whose first ``kicks``
-    kicks all failed, and that number).
+    kicks all failed, and that number: a later walk on that key lists only the kicks
+    after them).
     None (the caller tempers instead) when N exceeds DESCENT_FULL_N, or neither part is
     listed or left untried for this elite; ``memory["done"]`` is the walk's grid when
     the walk tried every candidate of it (the caller then tempers on)."""
@@ -518,12 +540,13 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     best_grid, best = grid.copy(), fun
     start_nfev, strategy, trace, tried = effort.nfev, "", [], 0
 
-    def listed(g: np.ndarray) -> list:
+    def listed(g: np.ndarray, skip: int = 0) -> list:
         out = exclusion.candidates(model, g, memory["levels"], memory["fine"], memory["offset"]) if parts[0] else []
-        return out + (exclusion.kicks(model, g, memory["levels"], memory["fine"], cancel)[:kicks]
+        return out + (exclusion.kicks(model, g, memory["levels"], memory["fine"], cancel)[skip:kicks]
                       if parts[1] else [])
 
-    cands = listed(best_grid)
+    # the kicks that already failed on this key (a nearly stalled elite's) are not tried again
+    cands = listed(best_grid, kicked[1] if kicked[0] == key else 0)
     # without a clock, a walk tries as many as its budget buys at EXPLORE_PAIR_SWAPS each
     most = max(1, (effort.budget - effort.nfev) // (EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2))
     while tried < most and not effort.should_stop():

@@ -16,7 +16,12 @@ vectors) do not leave. The way out changes every group at once:
   consecutive groups at one end, ``z_c / k1`` each (``k1`` divides ``z_c``), and is
   absent from the other groups.
 
-In both, each of the ``k1`` groups fills its other places in proportion to the other
+- *Packing*: one component ``c`` of ``z_c`` devices, more than a group's ``r`` and not a
+  multiple of it (which the exclusions cannot deal whole), fills ``q = z_c // r``
+  consecutive groups at one end and puts its remainder ``z_c - q r`` in the next group
+  inward.
+
+In all three, each of the ``k1`` groups fills its other places in proportion to the other
 components' totals, and the other ``D_PP - k1`` groups share what is left as equally
 as it goes (largest remainders, ``_concentrated``). The grid is redealt to those counts
 (solver.rebalance._redeal: surplus devices cheapest to carry elsewhere leave, the
@@ -24,7 +29,7 @@ takers choose the cheapest to keep), descended for EXCLUDE_SWEEPS local-search s
 and rebalanced (solver.rebalance.rebalance, every level and the hosts' splits), which
 rebuilds the pipeline runs around the new groups. A redealt grid scores far worse at
 first (60-95 s against 53 s), so no score of the redeal ranks the candidates; they
-are tried in turn (``candidates``: confinements first).
+are tried in turn (``candidates``: confinements first, packings last).
 
 Measured on the SYNTHETIC hierarchical suite (benchmarks/), draw 1, 192-GPU 8 x 24
 instance, whose 10 s layouts (52.6-52.9 s) hold one device of each of three slow-NIC
@@ -33,6 +38,20 @@ the 18 confinements improved 4-5 times (best 48.1 and 49.0 s); in an earlier
 session's scratch runs the 30 exclusions improved once or twice (45.1 s once, 50.7 s),
 and a layout of 45.93 s found once in 30 s kept those hosts in two groups, which
 excluded the region farthest from them.
+
+Packings were added for the draw-3 48-GPU 4 x 12 instance, whose 10 s layouts fell into
+two families: 30.46 s (DataP 12.1, Pipeline 18.4: its largest region, 19 devices with
+the slow-NIC host, fills the first group and 7 places of the second) and 31.80 s (18.0 /
+13.8: that region in every group), which the ladders rarely crossed and no exclusion
+joined (19 is prime). From a recorded 31.80 s layout the two packings of that region
+reached 30.65 and 30.54 s, one redeal each (0.05 s). Measured in one session at
+``--time-limit 10``, 2 workers, without -> with: that instance, seeds 0-9, 4 and 2 of 5
+seeds at 30.463 s (means 30.73 and 31.28 s) -> all ten at 30.463 s. Listed among the
+exclusions (rotated with them) they put off the exclusion that crosses between the two
+layout families of the draw-3 10 x 8 instance (solver.anytime, "Lineage explorers"):
+seeds 0-4 41.45 -> 42.20 s; listed after every exclusion, 41.40 s. Draw-3 16 x 4 (two
+basins, 33.4-33.5 and 34.0-34.1 s): 33.70 -> 33.94 s, as in an earlier session's runs
+(33.82-33.94 s); the other instances of draws 0-3 within the runs' noise (README).
 
 *Split kicks* (``kicks``), tried by explorers on an elite that no walk of the last
 round improved (solver.anytime), whatever its DataP: every segment of consecutive
@@ -75,13 +94,15 @@ CONFINE_GROUPS = 3
 #: order, at most KICKS of them (the best first), are tried.
 KICK_SLACK = 0.3
 KICKS = 8
+#: Whether the redeals include packings (``_packings``, module text), after every exclusion.
+PACKING = True
 
 
 class Candidate(NamedTuple):
     """A whole-grid redeal: ``targets[j]`` devices of each component of ``labels`` (a
     level's, or one with the critical hosts as one more component) for group ``j``."""
 
-    kind: str  #: "confinement", "exclusion" or "split"
+    kind: str  #: "confinement", "exclusion", "packing" or "split"
     labels: np.ndarray
     targets: np.ndarray | None
     dealt: np.ndarray | None = None  #: the redealt grid itself (split kicks)
@@ -139,6 +160,23 @@ def _concentrated(vec: np.ndarray, c: int, sizes: list[int], first: bool) -> np.
     return out if (out != vec).any() else None
 
 
+def _packings(vec: np.ndarray, labels: np.ndarray, c: int) -> list[Candidate]:
+    """Component ``c`` *packed* at either end of the pipeline: ``q = z_c // r`` full
+    groups of it and the remainder in the next one inward (``r`` devices a group; only
+    when ``z_c > r`` does not divide by ``r``, where the exclusions cannot deal it whole).
+    O(p m)."""
+    r, z = int(vec[0].sum()), int(vec[:, c].sum())
+    if z <= r or z % r == 0:
+        return []
+    q, rem = divmod(z, r)
+    out = []
+    for first in (True, False):
+        t = _concentrated(vec, c, [r] * q + [rem] if first else [rem] + [r] * q, first)
+        if t is not None:
+            out.append(Candidate("packing", labels, t))
+    return out
+
+
 def critical(model, grid: np.ndarray, hosts: np.ndarray, share: float = CONFINE_SHARE) -> np.ndarray:
     """Devices of the critical hosts (``hosts``: the fine level's labels): hosts with a
     device whose peer sum in its group is at least ``share`` of DataP. O(N D_DP)."""
@@ -150,11 +188,13 @@ def critical(model, grid: np.ndarray, hosts: np.ndarray, share: float = CONFINE_
 def candidates(model, grid: np.ndarray, level_labels: list[np.ndarray], hosts: np.ndarray | None,
                offset: int = 0) -> list[Candidate]:
     """The confinements of ``grid`` (when ``hosts`` are known and the critical hosts hold
-    fewer than half the devices), then its exclusions, as ``Candidate``s:
-    per level coarsest first, then component, ``k1`` and end; each of the two lists
-    rotated by ``offset``. O(L m p^2)."""
+    fewer than half the devices), then its exclusions, then its packings (PACKING), as
+    ``Candidate``s: per level coarsest first, then component, ``k1`` and end; the first
+    two lists rotated by ``offset`` (the packings, few, come after every exclusion:
+    listed among them they put off the exclusion that a draw-3 10 x 8 layout needs,
+    module text of solver.anytime). O(L m p^2)."""
     p = grid.shape[1]
-    out, excl = [], []
+    out, excl, packs = [], [], []
     crit = critical(model, grid, hosts) if hosts is not None else None
     if crit is not None and 0 < crit.sum() < model.n / 2:
         z = int(crit.sum())
@@ -178,11 +218,12 @@ def candidates(model, grid: np.ndarray, level_labels: list[np.ndarray], hosts: n
                         t = _concentrated(vec, c, [int(total[c]) // k1] * k1, first)
                         if t is not None:
                             excl.append(Candidate("exclusion", lab, t))
+            packs += _packings(vec, lab, c) if PACKING else []
 
     def turn(xs: list) -> list:
         return xs[offset % len(xs):] + xs[:offset % len(xs)] if xs else xs
 
-    return turn(out) + turn(excl)
+    return turn(out) + turn(excl) + packs
 
 
 def kicks(model, grid: np.ndarray, level_labels: list[np.ndarray],
