@@ -1,4 +1,4 @@
-"""Whole-grid redeals for layouts bound by DataP (confinement, exclusion) and split kicks.
+"""Whole-grid redeals (confinement, exclusion, packing) for layouts bound by DataP or stalled, and split kicks.
 
 When DataP rules Comm and every stage group holds a device of the same dear hosts (a
 host behind a slow NIC pays its slow link to every peer off the host), every group
@@ -11,11 +11,14 @@ vectors) do not leave. The way out changes every group at once:
   peer sum is at least CONFINE_SHARE of DataP; together fewer than half the devices)
   are taken out of their component at a coarse level (solver.rebalance.levels) and
   dealt into ``k1 = 1 .. CONFINE_GROUPS`` consecutive groups at one end of the
-  pipeline, ``floor`` or ``ceil`` of ``z / k1`` each (``z`` of them in all).
+  pipeline, ``floor`` or ``ceil`` of ``z / k1`` each (``z`` of them in all); and the
+  same for the *dear hosts* (``dear``, when they are other hosts): those whose mean
+  DataP cost to the devices off the host is at least DEAR_FACTOR times the median
+  host's, a property of the fabric, not of the grid (slow-NIC hosts, and the hosts of
+  a small far region).
 - *Exclusion*: one component ``c`` of a coarse level (a region) is dealt into ``k1``
   consecutive groups at one end, ``z_c / k1`` each (``k1`` divides ``z_c``), and is
   absent from the other groups.
-
 - *Packing*: one component ``c`` of ``z_c`` devices, more than a group's ``r`` and not a
   multiple of it (which the exclusions cannot deal whole), fills ``q = z_c // r``
   consecutive groups at one end and puts its remainder ``z_c - q r`` in the next group
@@ -45,13 +48,28 @@ the slow-NIC host, fills the first group and 7 places of the second) and 31.80 s
 13.8: that region in every group), which the ladders rarely crossed and no exclusion
 joined (19 is prime). From a recorded 31.80 s layout the two packings of that region
 reached 30.65 and 30.54 s, one redeal each (0.05 s). Measured in one session at
-``--time-limit 10``, 2 workers, without -> with: that instance, seeds 0-9, 4 and 2 of 5
-seeds at 30.463 s (means 30.73 and 31.28 s) -> all ten at 30.463 s. Listed among the
+``--time-limit 10``, 2 workers, without -> with: that instance, seeds 0-9, mean 31.00 s
+(5 of 10 at 30.463 s, four at 31.795 s) -> all ten at 30.463 s (packings listed among
+the exclusions; listed after them, seeds 0-4: all five at 30.463 s). Listed among the
 exclusions (rotated with them) they put off the exclusion that crosses between the two
 layout families of the draw-3 10 x 8 instance (solver.anytime, "Lineage explorers"):
 seeds 0-4 41.45 -> 42.20 s; listed after every exclusion, 41.40 s. Draw-3 16 x 4 (two
 basins, 33.4-33.5 and 34.0-34.1 s): 33.70 -> 33.94 s, as in an earlier session's runs
 (33.82-33.94 s); the other instances of draws 0-3 within the runs' noise (README).
+
+Dear hosts were added for the draw-3 80-GPU 10 x 8 instance: its 42.4-42.6 s layouts
+(DataP 12.9, Pipeline 29.7 s) keep the slow-NIC host in the first two groups with its
+own region, and the 40.5 s family spreads it over three groups of every region (25.7 /
+14.8 s). In such a layout that host's peer sums are cheap, so it is not critical, and
+from a recorded 42.56 s layout no confinement of the critical hosts, exclusion, packing
+or kick beat it; five of the 18 dear-host confinements reached 41.49-42.29 s, each
+within the 40 s family. One session, ``--time-limit 10``, 2 workers, seeds 0-4, mean
+Comm without -> with: that instance 41.80 -> 40.14 s (every seed in the 40 s family,
+39.91-40.33 s, against two of five); draw-3 16 x 4 33.99 -> 33.75 s; within the two-
+basin noise of those instances: draw-3 12 x 8 34.76 -> 35.06 s, draw-1 12 x 8 39.37 ->
+39.61 s (one seed 38.80 -> 39.82 s); 8 x 24 draw 1 46.42 -> 46.62 s, draw 3 40.16 ->
+41.41 s (seeds of one build there range over 38-45 s from run to run). Listed after
+the packings instead: 10 x 8 draw 3 41.22 s, 8 x 24 draw 3 41.91 s.
 
 *Split kicks* (``kicks``), tried by explorers on an elite that no walk of the last
 round improved (solver.anytime), whatever its DataP: every segment of consecutive
@@ -96,6 +114,10 @@ KICK_SLACK = 0.3
 KICKS = 8
 #: Whether the redeals include packings (``_packings``, module text), after every exclusion.
 PACKING = True
+#: Whether the confinements also deal the *dear hosts* (``dear``: those whose mean DataP
+#: cost off the host is at least DEAR_FACTOR times the median host's), whatever the grid.
+DEAR = True
+DEAR_FACTOR = 1.5
 
 
 class Candidate(NamedTuple):
@@ -185,29 +207,54 @@ def critical(model, grid: np.ndarray, hosts: np.ndarray, share: float = CONFINE_
     return np.isin(hosts, np.unique(hosts[dear]))
 
 
+def _confinements(grid: np.ndarray, mask: np.ndarray, level_labels: list[np.ndarray]) -> list[Candidate]:
+    """The devices of ``mask`` (when they are fewer than half) dealt into ``k1 = 1 ..
+    CONFINE_GROUPS`` consecutive groups at either end, at each level: ``Candidate``s of
+    kind "confinement". O(L m p^2)."""
+    p, z, out = grid.shape[1], int(mask.sum()), []
+    if not 0 < z < grid.size / 2:
+        return out
+    for lab in level_labels:
+        m = int(lab.max()) + 1
+        mixed = np.where(mask, m, lab)
+        vec = _counts(grid, mixed)
+        for k1 in range(1, min(CONFINE_GROUPS, p - 1) + 1):
+            sizes = [z // k1 + (j < z % k1) for j in range(k1)]
+            for first in (True, False):
+                t = _concentrated(vec, m, sizes, first)
+                if t is not None:
+                    out.append(Candidate("confinement", mixed, t))
+    return out
+
+
+def dear(model, hosts: np.ndarray, factor: float = DEAR_FACTOR) -> np.ndarray:
+    """Devices of the *dear hosts* (``hosts``: the fine level's labels): hosts whose mean
+    DataP cost to the devices off the host is at least ``factor`` times the median
+    host's (a host behind a slow NIC), whatever the grid. O(N^2)."""
+    off = hosts[:, None] != hosts[None, :]
+    per = (model.t_dp * off).sum(axis=1) / np.maximum(off.sum(axis=1), 1)
+    host = np.bincount(hosts, weights=per) / np.maximum(np.bincount(hosts), 1)
+    present = np.bincount(hosts) > 0
+    return host[hosts] >= factor * np.median(host[present])
+
+
 def candidates(model, grid: np.ndarray, level_labels: list[np.ndarray], hosts: np.ndarray | None,
                offset: int = 0) -> list[Candidate]:
-    """The confinements of ``grid`` (when ``hosts`` are known and the critical hosts hold
-    fewer than half the devices), then its exclusions, then its packings (PACKING), as
+    """The confinements of ``grid`` (when ``hosts`` are known: of the critical hosts and,
+    DEAR, of the dear hosts when they differ; each when its hosts hold fewer than half the
+    devices), then its exclusions, then its packings (PACKING), as
     ``Candidate``s: per level coarsest first, then component, ``k1`` and end; the first
     two lists rotated by ``offset`` (the packings, few, come after every exclusion:
     listed among them they put off the exclusion that a draw-3 10 x 8 layout needs,
     module text of solver.anytime). O(L m p^2)."""
     p = grid.shape[1]
-    out, excl, packs = [], [], []
+    excl, packs = [], []
     crit = critical(model, grid, hosts) if hosts is not None else None
-    if crit is not None and 0 < crit.sum() < model.n / 2:
-        z = int(crit.sum())
-        for lab in level_labels:
-            m = int(lab.max()) + 1
-            mixed = np.where(crit, m, lab)
-            vec = _counts(grid, mixed)
-            for k1 in range(1, min(CONFINE_GROUPS, p - 1) + 1):
-                sizes = [z // k1 + (j < z % k1) for j in range(k1)]
-                for first in (True, False):
-                    t = _concentrated(vec, m, sizes, first)
-                    if t is not None:
-                        out.append(Candidate("confinement", mixed, t))
+    out = _confinements(grid, crit, level_labels) if crit is not None else []
+    if hosts is not None and DEAR:  # and the dear hosts', when they are other hosts
+        d = dear(model, hosts)
+        if crit is None or (d != crit).any():
+            out += _confinements(grid, d, level_labels)
     for lab in level_labels:
         vec = _counts(grid, lab)
         total = vec.sum(axis=0)
