@@ -216,7 +216,8 @@ CLOSING_FADE = 0.7
 #: Most devices for a full closing descent; above, the walk's best is only polished.
 DESCENT_FULL_N = 512
 #: Whether odd-numbered workers (but a lineage's, LINEAGE) explore (``explore``) while
-#: the elite is bound by DataP (and, with KICK and STALL_REDEALS, while it has stalled).
+#: the elite is bound by DataP (and, with KICK and STALL_REDEALS, while it has (nearly)
+#: stalled).
 EXPLORE = True
 #: Whether explorers also try split kicks (solver.exclusion.kicks) on an elite that no
 #: walk of the last round improved, whatever its DataP.
@@ -494,14 +495,15 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
             kicks: int = 0, share: float = exclusion.EXCLUDE_SHARE) -> Walk | None:
     """An explorer's walk: whole-grid redeals (solver.exclusion) of the elite, one after
     another, each from the best so far, until the walk's budget or clock ends. The
-    candidates of a grid are taken in turn, confinements first, each list from a
-    per-worker offset (its seeded stream, one further for each new key), and again
+    candidates of a grid are taken in turn, confinements first, the confinements and
+    the exclusions each from a per-worker offset (its seeded stream, one further for
+    each new key; the packings after them, solver.exclusion.candidates), and again
     from the first after each improvement; a walk from the grid the last walk ended
     on, or from one of the same coarse component vectors (``explore_key``), goes on
     where it stopped.
 
     With ``kicks`` > 0 the elite also gets its first ``kicks`` split kicks
-    (solver.exclusion.kicks, after the confinements and exclusions when they are listed,
+    (solver.exclusion.kicks, after the redeals when they are listed,
     alone otherwise): a segment dealt into two runs of equal vectors, descended and
     rebalanced whatever its first score. The caller (``temper``) asks for them only for
     a stalled elite: all KICKS when no walk of the last round improved it, its NEAR_KICKS
@@ -515,7 +517,9 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     for; each part once per key (``explore_key``; ``memory``: "explored" holds the
     last key whose redeals all failed, "kicked" the last key whose first ``kicks``
     kicks all failed, and that number: a later walk on that key lists only the kicks
-    after them).
+    after them, those of its own grid, which under the coarse key may rank other kicks
+    first than the grid they failed on; "exploring" the key, parts, place and skipped
+    kicks of the list the last walk stopped in).
     None (the caller tempers instead) when N exceeds DESCENT_FULL_N, or neither part is
     listed or left untried for this elite; ``memory["done"]`` is the walk's grid when
     the walk tried every candidate of it (the caller then tempers on)."""
@@ -533,8 +537,11 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
         return None
     if "offset" not in memory:
         memory["offset"] = int(rng.integers(1 << 30))
+    # the first kicks that already failed on this key (a nearly stalled elite's) are not
+    # listed again; a walk goes on where the last one ended only in the same list
+    skip = kicked[1] if kicked[0] == key else 0
     at = memory.get("exploring")
-    fails = at[2] if at is not None and at[:2] == (key, parts) else 0  # go on where the last walk ended
+    fails = at[2] if at is not None and at[:2] == (key, parts) and at[3] == skip else 0
     if not fails:
         memory["offset"] += 1
     best_grid, best = grid.copy(), fun
@@ -545,8 +552,7 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
         return out + (exclusion.kicks(model, g, memory["levels"], memory["fine"], cancel)[skip:kicks]
                       if parts[1] else [])
 
-    # the kicks that already failed on this key (a nearly stalled elite's) are not tried again
-    cands = listed(best_grid, kicked[1] if kicked[0] == key else 0)
+    cands = listed(best_grid, skip)
     # without a clock, a walk tries as many as its budget buys at EXPLORE_PAIR_SWAPS each
     most = max(1, (effort.budget - effort.nfev) // (EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2))
     while tried < most and not effort.should_stop():
@@ -567,13 +573,13 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
             best, best_grid, fails = comm, g, 0
             trace.append((clock(), best))
             on_best(best)
-            parts = (bound, kick)  # a new grid: both parts the elite had listed
+            parts, skip = (bound, kick), 0  # a new grid: both parts the elite had listed
             if effort.should_stop():
                 break
             cands = listed(best_grid)
         else:
             fails += 1
-    memory["exploring"] = (explore_key(best_grid, memory), parts, fails)
+    memory["exploring"] = (explore_key(best_grid, memory), parts, fails, skip)
     if tried == 0:
         return None
     return Walk(best_grid, best, strategy, effort.nfev - start_nfev, 0, 0, trace)

@@ -122,7 +122,7 @@ DEAR_FACTOR = 1.5
 
 class Candidate(NamedTuple):
     """A whole-grid redeal: ``targets[j]`` devices of each component of ``labels`` (a
-    level's, or one with the critical hosts as one more component) for group ``j``."""
+    level's, or one with the critical or dear hosts as one more component) for group ``j``."""
 
     kind: str  #: "confinement", "exclusion", "packing" or "split"
     labels: np.ndarray
@@ -203,8 +203,8 @@ def critical(model, grid: np.ndarray, hosts: np.ndarray, share: float = CONFINE_
     """Devices of the critical hosts (``hosts``: the fine level's labels): hosts with a
     device whose peer sum in its group is at least ``share`` of DataP. O(N D_DP)."""
     sums = model.peer_sums(grid)
-    dear = grid.T[sums >= share * sums.max()]
-    return np.isin(hosts, np.unique(hosts[dear]))
+    hot = grid.T[sums >= share * sums.max()]
+    return np.isin(hosts, np.unique(hosts[hot]))
 
 
 def _confinements(grid: np.ndarray, mask: np.ndarray, level_labels: list[np.ndarray]) -> list[Candidate]:
@@ -251,9 +251,9 @@ def candidates(model, grid: np.ndarray, level_labels: list[np.ndarray], hosts: n
     excl, packs = [], []
     crit = critical(model, grid, hosts) if hosts is not None else None
     out = _confinements(grid, crit, level_labels) if crit is not None else []
-    if hosts is not None and DEAR:  # and the dear hosts', when they are other hosts
+    if crit is not None and DEAR:  # and the dear hosts', when they are other hosts
         d = dear(model, hosts)
-        if crit is None or (d != crit).any():
+        if (d != crit).any():
             out += _confinements(grid, d, level_labels)
     for lab in level_labels:
         vec = _counts(grid, lab)

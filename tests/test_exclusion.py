@@ -126,7 +126,7 @@ def test_confining_the_dear_hosts_crosses_to_the_family_that_spreads_them():
     lv, fine = levels(model), fine_level(model)
     dear = exclusion.dear(model, fine)
     cands = [c for c in exclusion.candidates(model, grid, lv, fine)
-             if c.kind == "confinement" and (c.labels[dear] == c.labels.max()).all()]
+             if c.kind == "confinement" and ((c.labels == c.labels.max()) == dear).all()]
     assert 0 < len(cands) <= 2 * exclusion.CONFINE_GROUPS * len(lv)
     best = before
     for cand in cands:
@@ -329,11 +329,13 @@ def test_an_elite_of_the_same_coarse_vectors_goes_on_where_the_last_walk_stopped
     assert memory["exploring"][2] == 2 and memory["offset"] == offset + 3
 
 
-def test_a_nearly_stalled_elite_gets_its_best_kicks_and_a_stalled_one_the_rest(monkeypatch):
+@pytest.mark.parametrize("stall_redeals", [True, False])
+def test_a_nearly_stalled_elite_gets_its_best_kicks_and_a_stalled_one_the_rest(monkeypatch, stall_redeals):
     """An elite within NEAR_STALL of the last one gets its NEAR_KICKS best kicks; handed
-    again unchanged (stalled) it gets the others, not those already tried (kicks alone:
-    no redeal listed)."""
+    again unchanged (stalled) it gets the others, each once: not those already tried,
+    and none skipped (kicks alone: no redeal listed, or none left)."""
     monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [])
+    monkeypatch.setattr(anytime, "STALL_REDEALS", stall_redeals)
     model = _two_regions_datap_light()
     grid = np.arange(16).reshape(4, 4)
     flipped = grid[:, ::-1].copy()  # another grid of the same Comm: improved by 0
@@ -445,11 +447,12 @@ def test_an_exploring_walk_is_a_function_of_its_inputs_and_goes_on_where_it_stop
     assert a is not None and b is not None
     assert np.array_equal(a.grid, b.grid) and a.fun == b.fun and a.nfev == b.nfev
     assert a.fun == pytest.approx(model.score_grid(a.grid).comm, rel=1e-12)
-    key, parts, fails = first["exploring"]
+    key, parts, fails, skip = first["exploring"]
     assert parts == (True, False)  # DataP rules the plateau; a first walk is not stalled
     assert first["exploring"] == again["exploring"]
     if a.fun < fun:
-        assert a.strategy.endswith(("confinement, then segment rebalance", "exclusion, then segment rebalance"))
+        assert a.strategy.endswith(("confinement, then segment rebalance", "exclusion, then segment rebalance",
+                                    "packing, then segment rebalance"))
         assert key == anytime.explore_key(a.grid, first)
     else:  # both tries failed: the next walk from this grid takes the next two
         assert key == anytime.explore_key(grid, first) and fails == 2
