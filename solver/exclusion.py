@@ -65,9 +65,10 @@ from a recorded 42.56 s layout no confinement of the critical hosts, exclusion, 
 or kick beat it; five of the 18 dear-host confinements reached 41.49-42.29 s, each
 within the 40 s family. One session, ``--time-limit 10``, 2 workers, seeds 0-4, mean
 Comm without -> with: that instance 41.80 -> 40.14 s (every seed in the 40 s family,
-39.91-40.33 s, against two of five); draw-3 16 x 4 33.99 -> 33.75 s; within the two-
-basin noise of those instances: draw-3 12 x 8 34.76 -> 35.06 s, draw-1 12 x 8 39.37 ->
-39.61 s (one seed 38.80 -> 39.82 s); 8 x 24 draw 1 46.42 -> 46.62 s, draw 3 40.16 ->
+39.91-40.33 s, against two of five); draw-3 16 x 4 33.99 -> 33.75 s; draw-3 12 x 8 34.76
+-> 35.06 s, seeds 5-9 34.49 -> 34.48 s; draw-1 12 x 8 (two basins) 39.37 -> 39.61 s,
+seeds 5-9 38.97 -> 39.40 s (4 -> 2 of 5 below 39.0 s): a cost there, its worst seed
+about the same; 8 x 24 draw 1 46.42 -> 46.62 s, draw 3 40.16 ->
 41.41 s (seeds of one build there range over 38-45 s from run to run). Listed after
 the packings instead: 10 x 8 draw 3 41.22 s, 8 x 24 draw 3 41.91 s.
 
