@@ -13,9 +13,10 @@ vectors) do not leave. The way out changes every group at once:
   dealt into ``k1 = 1 .. CONFINE_GROUPS`` consecutive groups at one end of the
   pipeline, ``floor`` or ``ceil`` of ``z / k1`` each (``z`` of them in all); and the
   same for the *dear hosts* (``dear``, when they are other hosts): those whose mean
-  DataP cost to the devices off the host is at least DEAR_FACTOR times the median
-  host's, a property of the fabric, not of the grid (slow-NIC hosts, and the hosts of
-  a small far region).
+  DataP cost to the devices outside their nearest component (the finest coarse level
+  where the host has company) is at least DEAR_FACTOR times that of the component's
+  other devices to the same devices: a property of the fabric, not of the grid (a host
+  behind a slow NIC; not a far region's hosts, whose peers pay the same distance).
 - *Exclusion*: one component ``c`` of a coarse level (a region) is dealt into ``k1``
   consecutive groups at one end, ``z_c / k1`` each (``k1`` divides ``z_c``), and is
   absent from the other groups.
@@ -70,7 +71,15 @@ Comm without -> with: that instance 41.80 -> 40.14 s (every seed in the 40 s fam
 seeds 5-9 38.97 -> 39.40 s (4 -> 2 of 5 below 39.0 s): a cost there, its worst seed
 about the same; 8 x 24 draw 1 46.42 -> 46.62 s, draw 3 40.16 ->
 41.41 s (seeds of one build there range over 38-45 s from run to run). Listed after
-the packings instead: 10 x 8 draw 3 41.22 s, 8 x 24 draw 3 41.91 s.
+the packings instead: 10 x 8 draw 3 41.22 s, 8 x 24 draw 3 41.91 s. Those runs took
+the dear hosts as those whose mean cost off the host was at least 1.5 times the median
+host's; on 8 of the 28 suite instances of draws 0-3 that also took the hosts of a
+far region (on draw-1 12 x 8 the three of a 16-device region). Against each host's
+nearest component instead (``dear``), the dear hosts are the slow-NIC hosts on 27 of
+the 28 (one more host on draw-1 6 x 6), and in the same session: draw-1 12 x 8 seeds
+0-9 39.50 -> 39.30 s (3 -> 5 of 10 below 39.0 s; 39.17 s, 6 of 10, without dear
+hosts), draw-3 10 x 8 40.14 -> 40.38 s (every seed in the 40 s family either way),
+draw-3 4 x 12 30.463 s on every seed, draw-3 16 x 4 33.75 -> 33.93 s.
 
 *Split kicks* (``kicks``), tried by explorers on an elite that no walk of the last
 round improved (solver.anytime), whatever its DataP: every segment of consecutive
@@ -116,7 +125,8 @@ KICKS = 8
 #: Whether the redeals include packings (``_packings``, module text), after every exclusion.
 PACKING = True
 #: Whether the confinements also deal the *dear hosts* (``dear``: those whose mean DataP
-#: cost off the host is at least DEAR_FACTOR times the median host's), whatever the grid.
+#: cost to the devices outside their nearest component is at least DEAR_FACTOR times that
+#: of the component's other devices), whatever the grid.
 DEAR = True
 DEAR_FACTOR = 1.5
 
@@ -228,15 +238,25 @@ def _confinements(grid: np.ndarray, mask: np.ndarray, level_labels: list[np.ndar
     return out
 
 
-def dear(model, hosts: np.ndarray, factor: float = DEAR_FACTOR) -> np.ndarray:
-    """Devices of the *dear hosts* (``hosts``: the fine level's labels): hosts whose mean
-    DataP cost to the devices off the host is at least ``factor`` times the median
-    host's (a host behind a slow NIC), whatever the grid. O(N^2)."""
-    off = hosts[:, None] != hosts[None, :]
-    per = (model.t_dp * off).sum(axis=1) / np.maximum(off.sum(axis=1), 1)
-    host = np.bincount(hosts, weights=per) / np.maximum(np.bincount(hosts), 1)
-    present = np.bincount(hosts) > 0
-    return host[hosts] >= factor * np.median(host[present])
+def dear(model, hosts: np.ndarray, level_labels: list[np.ndarray], factor: float = DEAR_FACTOR) -> np.ndarray:
+    """Devices of the *dear hosts*: hosts whose mean DataP cost to the devices outside
+    their nearest component is at least ``factor`` times that of the other devices of
+    that component (the finest coarse level where the host has company; all other
+    devices where it has none at any level). O(N^2)."""
+    out = np.zeros(model.n, dtype=bool)
+    for h in np.unique(hosts):
+        mine = hosts == h
+        peers = ~mine
+        for lab in reversed(level_labels):
+            near = (lab == lab[mine][0]) & ~mine
+            if near.any():
+                peers = near
+                break
+        dest = ~mine & ~peers
+        if not dest.any():
+            dest = ~mine
+        out[mine] = model.t_dp[np.ix_(mine, dest)].mean() >= factor * model.t_dp[np.ix_(peers, dest)].mean()
+    return out
 
 
 def candidates(model, grid: np.ndarray, level_labels: list[np.ndarray], hosts: np.ndarray | None,
@@ -253,7 +273,7 @@ def candidates(model, grid: np.ndarray, level_labels: list[np.ndarray], hosts: n
     crit = critical(model, grid, hosts) if hosts is not None else None
     out = _confinements(grid, crit, level_labels) if crit is not None else []
     if crit is not None and DEAR:  # and the dear hosts', when they are other hosts
-        d = dear(model, hosts)
+        d = dear(model, hosts, level_labels)
         if (d != crit).any():
             out += _confinements(grid, d, level_labels)
     for lab in level_labels:
