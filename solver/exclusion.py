@@ -73,8 +73,8 @@ about the same; 8 x 24 draw 1 46.42 -> 46.62 s, draw 3 40.16 ->
 41.41 s (seeds of one build there range over 38-45 s from run to run). Listed after
 the packings instead: 10 x 8 draw 3 41.22 s, 8 x 24 draw 3 41.91 s. Those runs took
 the dear hosts as those whose mean cost off the host was at least 1.5 times the median
-host's; on 8 of the 28 suite instances of draws 0-3 that also took the hosts of a
-far region (on draw-1 12 x 8 the three of a 16-device region). Against each host's
+host's; on 8 of the 28 suite instances of draws 0-3 that also took other
+hosts (on draw-1 12 x 8 the three of a 16-device region). Against each host's
 nearest component instead (``dear``), the dear hosts are the slow-NIC hosts on 27 of
 the 28 (one more host on draw-1 6 x 6), and in the same session: draw-1 12 x 8 seeds
 0-9 39.50 -> 39.30 s (3 -> 5 of 10 below 39.0 s; 39.17 s, 6 of 10, without dear
