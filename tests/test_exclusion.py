@@ -234,20 +234,27 @@ def test_a_stalled_elite_gets_split_kicks_only_where_datap_does_not_rule(monkeyp
     assert memory["kicked"][0] == anytime.explore_key(grid, memory) and "explored" not in memory
 
 
-def test_an_explorer_lists_every_redeal_of_a_stalled_elite_whatever_its_datap(monkeypatch):
-    """STALL_REDEALS: an explorer (not a lineage's) handed a first elite tempers (DataP
-    light); handed it again (stalled) it tries every redeal, then the kicks, two
-    candidates a walk; once all have failed it tempers again."""
+def _failing_redeals(monkeypatch, kind: str):
+    """The DataP-light model and a grid of it whose redeals all fail: three candidates of
+    ``kind``, then one split kick; each try is recorded in the returned list, in order."""
     model = _two_regions_datap_light()
     grid = np.arange(16).reshape(4, 4)
     fun = model.score_grid(grid).comm
     assert model.score_grid(grid).data_p < exclusion.EXCLUDE_SHARE * fun
     labels = np.zeros(16, dtype=np.int64)
     tried = []
-    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [exclusion.Candidate("packing", labels, None)] * 3)
+    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [exclusion.Candidate(kind, labels, None)] * 3)
     monkeypatch.setattr(exclusion, "kicks", lambda *a: [exclusion.Candidate("split", labels, None, grid)])
     monkeypatch.setattr(exclusion, "redeal", lambda model, g, cand, *a, **k: (
         tried.append(cand.kind) or (g, fun + 1.0, 10)))
+    return model, grid, fun, tried
+
+
+def test_an_explorer_lists_every_redeal_of_a_stalled_elite_whatever_its_datap(monkeypatch):
+    """STALL_REDEALS: an explorer (not a lineage's) handed a first elite tempers (DataP
+    light); handed it again (stalled) it tries every redeal, then the kicks, two
+    candidates a walk; once all have failed it tempers again."""
+    model, grid, fun, tried = _failing_redeals(monkeypatch, "packing")
     memory = {}
     budget = 2 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2  # two candidates' worth
     walks = []
@@ -265,16 +272,7 @@ def test_a_lineage_walk_explores_a_stalled_elite_with_every_redeal_listed(monkey
     is light, then its kicks, two candidates a walk; once every candidate failed the
     lineage walks again, on its ladder: the walk after exploring walks is not judged
     stalled (a restart waits for a walk that follows a lineage walk)."""
-    model = _two_regions_datap_light()
-    grid = np.arange(16).reshape(4, 4)
-    fun = model.score_grid(grid).comm
-    assert model.score_grid(grid).data_p < exclusion.EXCLUDE_SHARE * fun
-    labels = np.zeros(16, dtype=np.int64)
-    tried = []
-    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [exclusion.Candidate("exclusion", labels, None)] * 3)
-    monkeypatch.setattr(exclusion, "kicks", lambda *a: [exclusion.Candidate("split", labels, None, grid)])
-    monkeypatch.setattr(exclusion, "redeal", lambda model, g, cand, *a, **k: (
-        tried.append(cand.kind) or (g, fun + 1.0, 10)))
+    model, grid, fun, tried = _failing_redeals(monkeypatch, "exclusion")
     memory = {}
     budget = 2 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2  # two candidates' worth
 
