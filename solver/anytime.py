@@ -495,10 +495,11 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
             kicks: int = 0, share: float = exclusion.EXCLUDE_SHARE) -> Walk | None:
     """An explorer's walk: whole-grid redeals (solver.exclusion) of the elite, one after
     another, each from the best so far, until the walk's budget or clock ends. The
-    candidates of a grid are taken in turn, confinements first, the confinements and
-    the exclusions each from a per-worker offset (its seeded stream, one further for
-    each new key; the packings after them, solver.exclusion.candidates), and again
-    from the first after each improvement; a walk from the grid the last walk ended
+    candidates of a grid are taken in ascending order of their dealt grid's DataP
+    (solver.exclusion.ranked, RANK), ties in list order: confinements first, the
+    confinements and the exclusions each from a per-worker offset (its seeded stream,
+    one further for each new key; the packings after them,
+    solver.exclusion.candidates); and again from the first after each improvement; a walk from the grid the last walk ended
     on, or from one of the same coarse component vectors (``explore_key``), goes on
     where it stopped.
 
@@ -549,6 +550,7 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
 
     def listed(g: np.ndarray, skip: int = 0) -> list:
         out = exclusion.candidates(model, g, memory["levels"], memory["fine"], memory["offset"]) if parts[0] else []
+        out = exclusion.ranked(model, g, out) if exclusion.RANK else out
         return out + (exclusion.kicks(model, g, memory["levels"], memory["fine"], cancel)[skip:kicks]
                       if parts[1] else [])
 

@@ -31,9 +31,28 @@ as it goes (largest remainders, ``_concentrated``). The grid is redealt to those
 (solver.rebalance._redeal: surplus devices cheapest to carry elsewhere leave, the
 takers choose the cheapest to keep), descended for EXCLUDE_SWEEPS local-search sweeps
 and rebalanced (solver.rebalance.rebalance, every level and the hosts' splits), which
-rebuilds the pipeline runs around the new groups. A redealt grid scores far worse at
-first (60-95 s against 53 s), so no score of the redeal ranks the candidates; they
-are tried in turn (``candidates``: confinements first, packings last).
+rebuilds the pipeline runs around the new groups. A redealt grid's Comm says little of
+where its descent ends (60-95 s against 53 s at first, the Pipeline of groups dealt
+without regard to their neighbours), but its DataP, which only the group contents
+set and which the descent mostly keeps, does: explorers try the redeals in ascending
+order of the dealt grid's DataP (``ranked``; RANK), ties in list order (``candidates``:
+confinements first, packings last).
+
+Ranking was added for the draw-3 192-GPU 8 x 24 suite instance, whose 10 s runs ended
+at 38.1-45.3 s seed by seed: a recorded 41.27 s layout has 72 redeals (0.2-0.9 s
+each), more than a 10 s run's explorer gets through in list order; tried once each
+from it they reached 38.2-51.5 s, and the one whose dealt grid has the lowest
+DataP reached 38.21 s, the lowest of all. Over nine recorded 10 s layouts of six
+suite instances, the Spearman correlation of the final Comm with the dealt grid's
+DataP was 0.01-0.60 (median 0.38), with its Comm 0.07-0.36, with the Comm of its exact
+matchings and order -0.21-0.41; where a redeal improved the layout, the first ranked
+one did on two layouts of three (the third: the 11th). One session, ``--time-limit
+10``, 2 workers, mean Comm without -> with: that instance, seeds 0-4, 42.34 -> 38.72 s
+(worst 45.34 -> 39.18 s); draw 1 8 x 24 seeds 0-4 45.75 -> 46.32 s, seeds 5-9 46.31
+-> 44.33 s (42.84 s, the lowest found); draws 0 and 2 36.59 -> 36.61 s and 47.27 s
+both; draw-3 10 x 8 40.45 -> 40.60 s, 12 x 8 34.92 -> 34.79 s, 16 x 4 33.996 ->
+33.990 s; the 48-96-GPU instances of draws 0 and 1 within 0.25% either way (draw-1
+10 x 8 30.95 -> 30.88 s, 12 x 8 39.39 -> 39.43 s).
 
 Measured on the SYNTHETIC hierarchical suite (benchmarks/), draw 1, 192-GPU 8 x 24
 instance, whose 10 s layouts (52.6-52.9 s) hold one device of each of three slow-NIC
@@ -129,6 +148,9 @@ PACKING = True
 #: of the component's other devices), whatever the grid.
 DEAR = True
 DEAR_FACTOR = 1.5
+#: Whether explorers try the redeals in ascending order of the dealt grid's DataP
+#: (``ranked``; module text) instead of as listed.
+RANK = True
 
 
 class Candidate(NamedTuple):
@@ -292,6 +314,17 @@ def candidates(model, grid: np.ndarray, level_labels: list[np.ndarray], hosts: n
         return xs[offset % len(xs):] + xs[:offset % len(xs)] if xs else xs
 
     return turn(out) + turn(excl) + packs
+
+
+def ranked(model, grid: np.ndarray, cands: list[Candidate]) -> list[Candidate]:
+    """``cands`` dealt (their ``dealt`` grids set) and in ascending order of the dealt
+    grid's DataP, ties in list order. O(len(cands) N D_DP)."""
+    cols = [grid[:, s] for s in range(grid.shape[1])]
+    out = []
+    for i, c in enumerate(cands):
+        dealt = c.dealt if c.dealt is not None else np.stack(_redeal(model.t_dp, cols, c.labels, c.targets), axis=1)
+        out.append((model.score_grid(dealt).data_p, i, c._replace(dealt=dealt)))
+    return [c for _, _, c in sorted(out, key=lambda t: (t[0], t[1]))]
 
 
 def kicks(model, grid: np.ndarray, level_labels: list[np.ndarray],
