@@ -171,8 +171,8 @@ worker 1 above LINEAGE_MAX_N devices) lists every redeal of a (nearly) stalled e
 whatever its DataP share, before the split kicks; where the elite still improves by
 NEAR_STALL a round, the DataP gate holds. Why: on the draw-3 192-GPU 8 x 24 suite
 instance a 10 s layout of 41.27 s (DataP 22.7 s, 55% of Comm: under the gate) got only
-split kicks, none better than 41.24 s, where 11 of its 54 redeals, each tried once from
-it, reached 38.46-40.56 s (an exclusion 38.46 s, three packings 38.66-38.85 s, a
+split kicks, none better than 41.24 s, where 11 of its 54 redeals (before the dear
+hosts' confinements), each tried once from it, reached 38.46-40.56 s (an exclusion 38.46 s, three packings 38.66-38.85 s, a
 confinement 40.56 s; 0.1-0.9 s each). Measured in one session at ``--time-limit 10``,
 2 workers, seeds 0-4, mean Comm without -> with: h192 draw 3 41.38 -> 39.61 s (37.18 s
 the best seed; one seed still at 43.45 s), draw 1 46.44 -> 46.02 s, draw 0 36.73 ->
@@ -497,12 +497,13 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     """An explorer's walk: whole-grid redeals (solver.exclusion) of the elite, one after
     another, each from the best so far, until the walk's budget or clock ends. The
     candidates of a grid are taken in ascending order of their dealt grid's DataP
-    (solver.exclusion.ranked, RANK), ties in list order: confinements first, the
-    confinements and the exclusions each from a per-worker offset (its seeded stream,
-    one further for each new key; the packings after them,
-    solver.exclusion.candidates); and again from the first after each improvement; a walk from the grid the last walk ended
-    on, or from one of the same coarse component vectors (``explore_key``), goes on
-    where it stopped.
+    (solver.exclusion.ranked, RANK); ties keep the list order (confinements,
+    exclusions, packings; the first two rotated by a per-worker offset from its seeded
+    stream, one further for each new key; solver.exclusion.candidates), so explorers
+    with other offsets try the same redeals in the same order but for ties. The list
+    starts again from the first after each improvement; a walk from the grid the last
+    walk ended on, or from one of the same coarse component vectors (``explore_key``),
+    goes on at the same place in its own list.
 
     With ``kicks`` > 0 the elite also gets its first ``kicks`` split kicks
     (solver.exclusion.kicks, after the redeals when they are listed,

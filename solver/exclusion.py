@@ -76,6 +76,8 @@ layout families of the draw-3 10 x 8 instance (solver.anytime, "Lineage explorer
 seeds 0-4 41.45 -> 42.20 s; listed after every exclusion, 41.40 s. Draw-3 16 x 4 (two
 basins, 33.4-33.5 and 34.0-34.1 s): 33.70 -> 33.94 s, as in an earlier session's runs
 (33.82-33.94 s); the other instances of draws 0-3 within the runs' noise (README).
+Since the redeals are ranked (RANK, above) a packing's place in the list only breaks
+ties.
 
 Dear hosts were added for the draw-3 80-GPU 10 x 8 instance: its 42.4-42.6 s layouts
 (DataP 12.9, Pipeline 29.7 s) keep the slow-NIC host in the first two groups with its
@@ -141,7 +143,8 @@ CONFINE_GROUPS = 3
 #: order, at most KICKS of them (the best first), are tried.
 KICK_SLACK = 0.3
 KICKS = 8
-#: Whether the redeals include packings (``_packings``, module text), after every exclusion.
+#: Whether the redeals include packings (``_packings``, module text), after every
+#: exclusion (with RANK, the order of ties).
 PACKING = True
 #: Whether the confinements also deal the *dear hosts* (``dear``: those whose mean DataP
 #: cost to the devices outside their nearest component is at least DEAR_FACTOR times that
@@ -289,7 +292,8 @@ def candidates(model, grid: np.ndarray, level_labels: list[np.ndarray], hosts: n
     ``Candidate``s: per level coarsest first, then component, ``k1`` and end; the first
     two lists rotated by ``offset`` (the packings, few, come after every exclusion:
     listed among them they put off the exclusion that a draw-3 10 x 8 layout needs,
-    module text of solver.anytime). O(L m p^2)."""
+    module text of solver.anytime). Explorers try them ``ranked`` (RANK), where this
+    order and the offset only break ties. O(L m p^2)."""
     p = grid.shape[1]
     excl, packs = [], []
     crit = critical(model, grid, hosts) if hosts is not None else None
@@ -317,13 +321,17 @@ def candidates(model, grid: np.ndarray, level_labels: list[np.ndarray], hosts: n
 
 
 def ranked(model, grid: np.ndarray, cands: list[Candidate]) -> list[Candidate]:
-    """``cands`` dealt (their ``dealt`` grids set) and in ascending order of the dealt
-    grid's DataP, ties in list order. O(len(cands) N D_DP)."""
+    """``cands`` dealt from ``grid`` (their ``dealt`` grids set), the first of each
+    distinct dealt grid only (two levels may deal the same counts: 70 distinct of 72 on
+    a draw-3 8 x 24 suite layout), in ascending order of the dealt grid's DataP, ties in
+    list order. O(len(cands) N D_DP); about a millisecond a candidate at 192 devices."""
     cols = [grid[:, s] for s in range(grid.shape[1])]
-    out = []
+    out, seen = [], set()
     for i, c in enumerate(cands):
         dealt = c.dealt if c.dealt is not None else np.stack(_redeal(model.t_dp, cols, c.labels, c.targets), axis=1)
-        out.append((model.score_grid(dealt).data_p, i, c._replace(dealt=dealt)))
+        if dealt.tobytes() not in seen:
+            seen.add(dealt.tobytes())
+            out.append((model.score_grid(dealt).data_p, i, c._replace(dealt=dealt)))
     return [c for _, _, c in sorted(out, key=lambda t: (t[0], t[1]))]
 
 

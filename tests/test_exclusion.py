@@ -14,7 +14,7 @@ from solver import anytime, exclusion, tempering
 from solver.anytime import EXPLORE_PAIR_SWAPS, explore, temper
 from solver.cost import CostModel
 from solver.descent import Effort
-from solver.rebalance import fine_level, levels, rebalance
+from solver.rebalance import _redeal, fine_level, levels, rebalance
 from solver.workload import Workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -143,16 +143,37 @@ def test_ranked_redeals_are_the_same_redeals_dealt_in_ascending_datap():
     lv, fine = levels(model), fine_level(model)
     plain = exclusion.candidates(model, grid, lv, fine)
     ranked = exclusion.ranked(model, grid, plain)
-    assert len(ranked) == len(plain) > 1
+    cols = [grid[:, s] for s in range(grid.shape[1])]
+    dealt = [np.stack(_redeal(model.t_dp, cols, c.labels, c.targets), axis=1) for c in plain]
+    distinct = {d.tobytes() for d in dealt}
+    assert len(ranked) == len(distinct) > 1  # the first candidate of each distinct deal
     key = lambda c: (c.kind, c.labels.tobytes(), c.targets.tobytes())  # noqa: E731
-    assert sorted(map(key, ranked)) == sorted(map(key, plain))
+    assert {key(c) for c in ranked} <= {key(c) for c in plain}
+    assert {c.dealt.tobytes() for c in ranked} == distinct
     datap = [model.score_grid(c.dealt).data_p for c in ranked]
     assert datap == sorted(datap) and datap[0] < datap[-1]
-    for c in ranked:  # each dealt grid is a permutation of the devices to its targets
-        assert sorted(c.dealt.ravel().tolist()) == list(range(model.n))
-        vec = np.stack([np.bincount(c.labels[c.dealt[:, s]], minlength=c.targets.shape[1])
-                        for s in range(grid.shape[1])])
-        assert (vec == c.targets).all()
+    for c in ranked:  # dealt from this grid, as redeal would deal it
+        assert np.array_equal(c.dealt, dealt[[key(p) for p in plain].index(key(c))])
+
+
+def test_an_explorer_tries_redeals_in_ascending_dealt_datap_ties_in_list_order(monkeypatch):
+    _, model, grid = _plateau()
+    fun = model.score_grid(grid).comm
+    rng = np.random.default_rng(0)
+    # three deals of other DataP (a random grid's DataP is far above a layout's), one twice
+    deals = [rng.permutation(model.n).reshape(grid.shape) for _ in range(2)] + [grid.copy()]
+    labels = np.zeros(model.n, dtype=np.int64)
+    fakes = [exclusion.Candidate(kind, labels, None, d) for kind, d in zip(("confinement", "exclusion", "packing"), deals)]
+    fakes.insert(1, exclusion.Candidate("exclusion", labels, None, deals[2]))  # the packing's deal, listed before it
+    want = sorted(range(len(fakes)), key=lambda i: (model.score_grid(fakes[i].dealt).data_p, i))
+    want.remove(3)  # the later candidate of a repeated deal is dropped
+    tried = []
+    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: list(fakes))
+    monkeypatch.setattr(exclusion, "redeal", lambda model, g, cand, *a, **k: (
+        tried.append(next(i for i, f in enumerate(fakes) if f is cand or f.dealt is cand.dealt and f.kind == cand.kind))
+        or (g, fun + 1.0, 10)))
+    explore(model, grid, fun, rng, Effort(10 ** 12), {"offset": 0}, clock=time.monotonic, cancel=lambda: False, share=0.0)
+    assert tried == want and len(set(model.score_grid(d).data_p for d in deals)) == 3
 
 
 @pytest.mark.slow
