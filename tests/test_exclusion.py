@@ -287,6 +287,14 @@ def test_a_stalled_elite_gets_split_kicks_only_where_datap_does_not_rule(monkeyp
     assert memory["kicked"][0] == anytime.explore_key(grid, memory) and "explored" not in memory
 
 
+def _deals(grid: np.ndarray, k: int) -> list[np.ndarray]:
+    """``k`` distinct grids of ``grid``'s stage groups (rows and columns rolled): one DataP,
+    so an explorer ranks them (solver.exclusion.ranked) in list order, none dropped as a
+    repeat."""
+    r = grid.shape[0]
+    return [np.roll(np.roll(grid, i % r, axis=0), i // r, axis=1) for i in range(k)]
+
+
 def _failing_redeals(monkeypatch, kind: str):
     """The DataP-light model and a grid of it whose redeals all fail: three candidates of
     ``kind``, then one split kick; each try is recorded in the returned list, in order."""
@@ -296,7 +304,7 @@ def _failing_redeals(monkeypatch, kind: str):
     assert model.score_grid(grid).data_p < exclusion.EXCLUDE_SHARE * fun
     labels = np.zeros(16, dtype=np.int64)
     tried = []
-    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [exclusion.Candidate(kind, labels, None, grid)] * 3)
+    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [exclusion.Candidate(kind, labels, None, d) for d in _deals(grid, 3)])
     monkeypatch.setattr(exclusion, "kicks", lambda *a: [exclusion.Candidate("split", labels, None, grid)])
     monkeypatch.setattr(exclusion, "redeal", lambda model, g, cand, *a, **k: (
         tried.append(cand.kind) or (g, fun + 1.0, 10)))
@@ -359,7 +367,7 @@ def test_an_elite_of_the_same_coarse_vectors_goes_on_where_the_last_walk_stopped
     moved = grid.copy()
     moved[0, 0], moved[2, 1] = grid[2, 1], grid[0, 0]  # device 0 and device 9: two regions
     labels = np.zeros(16, dtype=np.int64)
-    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [exclusion.Candidate("exclusion", labels, None, grid)] * 5)
+    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [exclusion.Candidate("exclusion", labels, None, d) for d in _deals(grid, 5)])
     monkeypatch.setattr(exclusion, "redeal", lambda model, g, cand, *a, **k: (g, 1e9, 10))
     memory = {}
     budget = 2 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2
@@ -544,7 +552,7 @@ def test_once_every_candidate_failed_the_walk_tempers_for_the_rest(monkeypatch):
 
     monkeypatch.setattr(exclusion, "redeal", failing)
     monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [exclusion.Candidate(
-        "confinement", np.zeros(model.n, dtype=np.int64), None, grid)] * 2)
+        "confinement", np.zeros(model.n, dtype=np.int64), None, d) for d in _deals(grid, 2)])
     monkeypatch.setattr(exclusion, "kicks", lambda *a: [])  # the stalled second walk's: none
     memory = {}
     budget = 3 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2  # three tries' worth: two fail, then the ladder
@@ -588,7 +596,7 @@ def test_the_strategy_names_the_kind_of_candidate_that_improved(monkeypatch):
     fun = model.score_grid(grid).comm
     labels = np.zeros(model.n, dtype=np.int64)
     monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [
-        exclusion.Candidate("confinement", labels, None, grid), exclusion.Candidate("exclusion", labels, None, grid)])
+        exclusion.Candidate(kind, labels, None, d) for kind, d in zip(("confinement", "exclusion"), _deals(grid, 2))])
     monkeypatch.setattr(exclusion, "redeal", lambda model, g, cand, *a, **k: (
         g, fun - 1.0 if cand.kind == "exclusion" else fun + 1.0, 10))
     walk = explore(model, grid, fun, np.random.default_rng(0), Effort(10 ** 12), {"offset": 0},
