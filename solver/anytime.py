@@ -172,11 +172,11 @@ whatever its DataP share, before the split kicks; where the elite still improves
 NEAR_STALL a round, the DataP gate holds. Why: on the draw-3 192-GPU 8 x 24 suite
 instance a 10 s layout of 41.27 s (DataP 22.7 s, 55% of Comm: under the gate) got only
 split kicks, none better than 41.24 s, where 11 of its 54 redeals (before the dear
-hosts' confinements), each tried once from it, reached 38.46-40.56 s (an exclusion 38.46 s, three packings 38.66-38.85 s, a
-confinement 40.56 s; 0.1-0.9 s each). Measured in one session at ``--time-limit 10``,
-2 workers, seeds 0-4, mean Comm without -> with: h192 draw 3 41.38 -> 39.61 s (37.18 s
-the best seed; one seed still at 43.45 s), draw 1 46.44 -> 46.02 s, draw 0 36.73 ->
-36.59 s, draw 2 47.14 -> 47.16 s.
+hosts' confinements), each tried once from it, reached 38.46-40.56 s (an exclusion
+38.46 s, three packings 38.66-38.85 s, a confinement 40.56 s; 0.1-0.9 s each).
+Measured in one session at ``--time-limit 10``, 2 workers, seeds 0-4, mean Comm
+without -> with: h192 draw 3 41.38 -> 39.61 s (37.18 s the best seed; one seed still
+at 43.45 s), draw 1 46.44 -> 46.02 s, draw 0 36.73 -> 36.59 s, draw 2 47.14 -> 47.16 s.
 
 Cost: the ladder's steps (O(K D_DP) each, solver.tempering), then one descent
 of at most DESCENT_SWEEPS local-search sweeps (O(N^2 D_DP) array work each) and

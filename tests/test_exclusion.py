@@ -34,6 +34,19 @@ def _recorded(path: Path):
     return fabric, model, np.array(data["grid"])
 
 
+def _lowest_redeal(model, grid: np.ndarray, cands: list, lv, fine) -> float:
+    """The lowest Comm of ``cands``, each redealt once from ``grid`` (solver.exclusion.redeal,
+    stream 0); each result checked: a permutation of the devices, scored as rescored
+    from scratch, swaps counted."""
+    best = float("inf")
+    for cand in cands:
+        new, comm, nfev = exclusion.redeal(model, grid, cand, lv, np.random.default_rng(0), split_labels=fine)
+        assert sorted(new.ravel().tolist()) == list(range(model.n)) and nfev > 0
+        assert comm == pytest.approx(model.score_grid(new).comm, rel=1e-12)
+        best = min(best, comm)
+    return best
+
+
 def _plateau():
     """The recorded 10 s layout of the draw-1 8 x 24 suite instance (52.9 s), its model
     and fabric: every stage group holds one device of each slow-NIC host."""
@@ -95,14 +108,8 @@ def test_packing_joins_the_layout_family_that_no_other_redeal_reaches():
     before = model.score_grid(grid).comm
     lv, fine = levels(model), fine_level(model)
     packs = [c for c in exclusion.candidates(model, grid, lv, fine) if c.kind == "packing"]
-    assert packs
-    best = before
-    for cand in packs:
-        assert (cand.targets.sum(axis=1) == grid.shape[0]).all()
-        new, comm, _ = exclusion.redeal(model, grid, cand, lv, np.random.default_rng(0), split_labels=fine)
-        assert comm == pytest.approx(model.score_grid(new).comm, rel=1e-12)
-        best = min(best, comm)
-    assert best < 0.97 * before  # 31.80 -> 30.54 s when recorded
+    assert packs and all((c.targets.sum(axis=1) == grid.shape[0]).all() for c in packs)
+    assert _lowest_redeal(model, grid, packs, lv, fine) < 0.97 * before  # 31.80 -> 30.54 s when recorded
 
 
 @pytest.mark.parametrize("name, draw", [("h80-10x8", 3), ("h192-8x24", 1), ("h64-16x4", 0), ("h64-8x8", 3),
@@ -130,12 +137,7 @@ def test_confining_the_dear_hosts_crosses_to_the_family_that_spreads_them():
     cands = [c for c in exclusion.candidates(model, grid, lv, fine)
              if c.kind == "confinement" and ((c.labels == c.labels.max()) == dear).all()]
     assert 0 < len(cands) <= 2 * exclusion.CONFINE_GROUPS * len(lv)
-    best = before
-    for cand in cands:
-        new, comm, _ = exclusion.redeal(model, grid, cand, lv, np.random.default_rng(0), split_labels=fine)
-        assert comm == pytest.approx(model.score_grid(new).comm, rel=1e-12)
-        best = min(best, comm)
-    assert best < 0.985 * before  # 42.56 -> 41.49 s when recorded
+    assert _lowest_redeal(model, grid, cands, lv, fine) < 0.985 * before  # 42.56 -> 41.49 s when recorded
 
 
 def test_ranked_redeals_are_the_same_redeals_dealt_in_ascending_datap():
@@ -163,7 +165,8 @@ def test_an_explorer_tries_redeals_in_ascending_dealt_datap_ties_in_list_order(m
     # three deals of other DataP (a random grid's DataP is far above a layout's), one twice
     deals = [rng.permutation(model.n).reshape(grid.shape) for _ in range(2)] + [grid.copy()]
     labels = np.zeros(model.n, dtype=np.int64)
-    fakes = [exclusion.Candidate(kind, labels, None, d) for kind, d in zip(("confinement", "exclusion", "packing"), deals)]
+    kinds = ("confinement", "exclusion", "packing")
+    fakes = [exclusion.Candidate(kind, labels, None, d) for kind, d in zip(kinds, deals)]
     fakes.insert(1, exclusion.Candidate("exclusion", labels, None, deals[2]))  # the packing's deal, listed before it
     want = sorted(range(len(fakes)), key=lambda i: (model.score_grid(fakes[i].dealt).data_p, i))
     want.remove(3)  # the later candidate of a repeated deal is dropped
@@ -172,7 +175,8 @@ def test_an_explorer_tries_redeals_in_ascending_dealt_datap_ties_in_list_order(m
     monkeypatch.setattr(exclusion, "redeal", lambda model, g, cand, *a, **k: (
         tried.append(next(i for i, f in enumerate(fakes) if f is cand or f.dealt is cand.dealt and f.kind == cand.kind))
         or (g, fun + 1.0, 10)))
-    explore(model, grid, fun, rng, Effort(10 ** 12), {"offset": 0}, clock=time.monotonic, cancel=lambda: False, share=0.0)
+    explore(model, grid, fun, rng, Effort(10 ** 12), {"offset": 0}, clock=time.monotonic,
+            cancel=lambda: False, share=0.0)
     assert tried == want and len(set(model.score_grid(d).data_p for d in deals)) == 3
 
 
@@ -185,9 +189,7 @@ def test_the_redeal_of_least_dealt_datap_leaves_the_recorded_basin():
     before = model.score_grid(grid).comm
     lv, fine = levels(model), fine_level(model)
     first = exclusion.ranked(model, grid, exclusion.candidates(model, grid, lv, fine))[0]
-    new, comm, _ = exclusion.redeal(model, grid, first, lv, np.random.default_rng(0), split_labels=fine)
-    assert comm == pytest.approx(model.score_grid(new).comm, rel=1e-12)
-    assert comm < 0.95 * before  # 41.27 -> 38.21 s when recorded
+    assert _lowest_redeal(model, grid, [first], lv, fine) < 0.95 * before  # 41.27 -> 38.21 s when recorded
 
 
 def test_the_critical_hosts_of_the_plateau_are_its_slow_nic_hosts():
@@ -205,15 +207,11 @@ def test_a_confinement_leaves_the_plateau_that_rebalancing_does_not():
     confinements = [c for c in cands if c.kind == "confinement"]
     assert 0 < len(confinements) <= 2 * exclusion.CONFINE_GROUPS * len(lv)
     assert all(c.kind == "confinement" for c in cands[:len(confinements)])
-    best = before
-    for cand in confinements[:9]:  # the first level's and the second's
+    first = confinements[:9]  # the first level's and the second's
+    for cand in first:
         assert (cand.targets.sum(axis=1) == grid.shape[0]).all()
         assert (cand.labels[crit] == cand.labels.max()).all() and not (cand.labels[~crit] == cand.labels.max()).any()
-        new, comm, nfev = exclusion.redeal(model, grid, cand, lv, np.random.default_rng(0), split_labels=fine)
-        assert sorted(new.ravel().tolist()) == list(range(model.n)) and nfev > 0
-        assert comm == pytest.approx(model.score_grid(new).comm, rel=1e-12)
-        best = min(best, comm)
-    assert best < 0.97 * before
+    assert _lowest_redeal(model, grid, first, lv, fine) < 0.97 * before
 
 
 def test_candidates_rotate_each_list_by_the_offset():
@@ -304,7 +302,8 @@ def _failing_redeals(monkeypatch, kind: str):
     assert model.score_grid(grid).data_p < exclusion.EXCLUDE_SHARE * fun
     labels = np.zeros(16, dtype=np.int64)
     tried = []
-    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [exclusion.Candidate(kind, labels, None, d) for d in _deals(grid, 3)])
+    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [
+        exclusion.Candidate(kind, labels, None, d) for d in _deals(grid, 3)])
     monkeypatch.setattr(exclusion, "kicks", lambda *a: [exclusion.Candidate("split", labels, None, grid)])
     monkeypatch.setattr(exclusion, "redeal", lambda model, g, cand, *a, **k: (
         tried.append(cand.kind) or (g, fun + 1.0, 10)))
@@ -367,7 +366,8 @@ def test_an_elite_of_the_same_coarse_vectors_goes_on_where_the_last_walk_stopped
     moved = grid.copy()
     moved[0, 0], moved[2, 1] = grid[2, 1], grid[0, 0]  # device 0 and device 9: two regions
     labels = np.zeros(16, dtype=np.int64)
-    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [exclusion.Candidate("exclusion", labels, None, d) for d in _deals(grid, 5)])
+    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [
+        exclusion.Candidate("exclusion", labels, None, d) for d in _deals(grid, 5)])
     monkeypatch.setattr(exclusion, "redeal", lambda model, g, cand, *a, **k: (g, 1e9, 10))
     memory = {}
     budget = 2 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2
@@ -460,15 +460,11 @@ def test_split_kicks_leave_a_layout_that_every_move_of_the_search_kept():
     kicks = exclusion.kicks(model, grid, lv, fine)
     assert 0 < len(kicks) <= exclusion.KICKS
     assert len({k.dealt.tobytes() for k in kicks}) == len(kicks)
-    best = before
     for kick in kicks[:4]:
         assert kick.kind == "split" and sorted(kick.dealt.ravel().tolist()) == list(range(model.n))
         changed = [s for s in range(grid.shape[1]) if set(kick.dealt[:, s]) != set(grid[:, s])]
         assert len(changed) >= 2  # devices moved between groups of the segment
-        new, comm, nfev = exclusion.redeal(model, grid, kick, lv, np.random.default_rng(0), split_labels=fine)
-        assert comm == pytest.approx(model.score_grid(new).comm, rel=1e-12) and nfev > 0
-        best = min(best, comm)
-    assert best < 0.99 * before  # 20.33 -> 19.97 s when recorded
+    assert _lowest_redeal(model, grid, kicks[:4], lv, fine) < 0.99 * before  # 20.33 -> 19.97 s when recorded
 
 
 def test_kicks_are_the_best_scored_splits_within_the_slack():
