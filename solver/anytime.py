@@ -485,8 +485,8 @@ def explore_key(grid: np.ndarray, memory: dict) -> bytes:
     hosts of one zone; so a grid of the same key may list other confinements (its
     critical hosts) and host-level kicks than the one whose list was begun, and rank its
     redeals in another order (solver.exclusion.ranked: each dealt grid's DataP depends
-    on the grid), and the walk goes on in its own list at the same place. Needs ``memory["levels"]`` (``_levels``).
-    O(N L)."""
+    on the grid), and the walk goes on in its own list at the same place. Needs
+    ``memory["levels"]`` (``_levels``). O(N L)."""
     return signature(grid, memory["levels"]) if EXPLORE_COARSE_KEY and memory["levels"] else grid.tobytes()
 
 

@@ -320,18 +320,27 @@ def candidates(model, grid: np.ndarray, level_labels: list[np.ndarray], hosts: n
     return turn(out) + turn(excl) + packs
 
 
+def dealt_grid(model, grid: np.ndarray, candidate: Candidate) -> np.ndarray:
+    """``grid`` dealt to ``candidate``: its own ``dealt`` grid when set (split kicks,
+    ``ranked``), else the grid redealt to its targets (solver.rebalance._redeal), before
+    any descent. O(N D_DP)."""
+    if candidate.dealt is not None:
+        return candidate.dealt
+    cols = [grid[:, s] for s in range(grid.shape[1])]
+    return np.stack(_redeal(model.t_dp, cols, candidate.labels, candidate.targets), axis=1)
+
+
 def ranked(model, grid: np.ndarray, cands: list[Candidate]) -> list[Candidate]:
     """``cands`` dealt from ``grid`` (their ``dealt`` grids set), the first of each
     distinct dealt grid only (two levels may deal the same counts: 70 distinct of 72 on
     a draw-3 8 x 24 suite layout), in ascending order of the dealt grid's DataP, ties in
     list order. O(len(cands) N D_DP); about a millisecond a candidate at 192 devices."""
-    cols = [grid[:, s] for s in range(grid.shape[1])]
     out, seen = [], set()
     for i, c in enumerate(cands):
-        dealt = c.dealt if c.dealt is not None else np.stack(_redeal(model.t_dp, cols, c.labels, c.targets), axis=1)
-        if dealt.tobytes() not in seen:
-            seen.add(dealt.tobytes())
-            out.append((model.score_grid(dealt).data_p, i, c._replace(dealt=dealt)))
+        g = dealt_grid(model, grid, c)
+        if (key := g.tobytes()) not in seen:
+            seen.add(key)
+            out.append((model.score_grid(g).data_p, i, c._replace(dealt=g)))
     return [c for _, _, c in sorted(out, key=lambda t: (t[0], t[1]))]
 
 
@@ -368,12 +377,8 @@ def redeal(model, grid: np.ndarray, candidate: Candidate,
     """``grid`` redealt to one of its ``candidates``, descended for ``sweeps`` local-search
     sweeps (polished first) and rebalanced (every level of ``level_labels``, the splits
     at ``split_labels``): ``(grid, Comm, swaps scored)``, better than ``grid`` or not."""
-    dealt = candidate.dealt
-    if dealt is None:
-        cols = [grid[:, s] for s in range(grid.shape[1])]
-        dealt = np.stack(_redeal(model.t_dp, cols, candidate.labels, candidate.targets), axis=1)
     effort = Effort(int(sweeps * model.n * model.n), stop)
-    state = descend(model, dealt, rng, effort)
+    state = descend(model, dealt_grid(model, grid, candidate), rng, effort)
     nfev = effort.nfev
     g, comm = state.grid.copy(), float(state.score)
     out = rebalance(model, g, level_labels, comm, rng, stop, split_labels=split_labels)
