@@ -111,12 +111,20 @@ def _context():
 
 
 def _start_helpers(ctx) -> None:
-    """Start multiprocessing's resource tracker (and forkserver) with a real stderr.
+    """Start multiprocessing's resource tracker (and forkserver) with a real stderr, and
+    the forkserver on this ``solver`` package.
 
     The tracker hands ``sys.stderr.fileno()`` to the process it starts; under the
     console, ``sys.stderr`` is Textual's capture, whose ``fileno()`` is -1, and starting
     fails with "bad value(s) in fds_to_keep". For that moment the process's own stderr
-    stands in (it is only the tracker's error channel)."""
+    stands in (it is only the tracker's error channel).
+
+    The forkserver imports ``solver.workers`` (its preload) from the default module
+    path, not this process's ``sys.path`` (Python 3.11 drops the ``sys_path`` it is
+    handed): a process that imported this package from another folder than an installed
+    copy (a second checkout, a benchmark run against an older tree) had its workers run
+    the installed copy's code. The folder holding this package goes first on the
+    server's ``PYTHONPATH``, for its start only."""
     from multiprocessing import resource_tracker
 
     captured = sys.stderr
@@ -124,6 +132,7 @@ def _start_helpers(ctx) -> None:
         valid = captured is not None and captured.fileno() >= 0
     except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
         valid = False
+    saved = os.environ.get("PYTHONPATH")
     try:
         if not valid and sys.__stderr__ is not None:
             sys.stderr = sys.__stderr__
@@ -131,9 +140,15 @@ def _start_helpers(ctx) -> None:
         if ctx.get_start_method() == "forkserver":
             from multiprocessing import forkserver
 
+            root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            os.environ["PYTHONPATH"] = os.pathsep.join([root, saved] if saved else [root])
             forkserver.ensure_running()
     finally:
         sys.stderr = captured
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 def _one_walk(model, index, k, grid, fun, plan: Rounds, stop, on_best, memory: dict) -> Walk:

@@ -333,3 +333,43 @@ def test_under_a_time_limit_the_starts_are_polished_only_while_their_phase_lasts
     run = search._Run(model, 10**9, None, None, None)
     search._starts_phase(run, model, np.random.default_rng(0), orders)
     assert len(polished) >= len(search._starts(model, orders))
+
+
+def test_worker_processes_run_the_solver_package_their_caller_imported(tmp_path):
+    """The forkserver imported ``solver.workers`` from the default module path (Python
+    3.11 ignores the caller's sys.path there), so a caller that imported another copy
+    of the package had its workers run the installed one. A copy that marks every
+    process importing it: the caller and the forkserver both must."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import solver
+
+    copy = tmp_path / "copy"
+    shutil.copytree(Path(solver.__file__).parent, copy / "solver",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    with open(copy / "solver" / "workers.py", "a") as f:
+        f.write("\nwith open(os.path.join(os.environ['MARKS'], str(os.getpid())), 'w') as _mark:\n"
+                "    _mark.write(__file__)\n")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = tmp_path / "start.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(copy)!r})\n"
+        "if __name__ == '__main__':\n"
+        "    from solver.workers import WorkerPool\n"
+        "    pool = WorkerPool(None, 2)\n"
+        "    pool.start()\n"
+        "    print(pool.errors)\n"
+        "    pool.close()\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["MARKS"] = str(marks)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+    files = [p.read_text() for p in marks.iterdir()]
+    assert len(files) >= 2 and all(f.startswith(str(copy)) for f in files), files
