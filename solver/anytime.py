@@ -485,7 +485,8 @@ def explore_key(grid: np.ndarray, memory: dict) -> bytes:
     hosts of one zone; so a grid of the same key may list other confinements (its
     critical hosts) and host-level kicks than the one whose list was begun, and rank its
     redeals in another order (solver.exclusion.ranked: each dealt grid's DataP depends
-    on the grid), and the walk goes on in its own list at the same place. Needs
+    on the grid); the walk tries its own list's candidates but those that already
+    failed under the key (solver.exclusion.identity), none twice and none skipped. Needs
     ``memory["levels"]`` (``_levels``). O(N L)."""
     return signature(grid, memory["levels"]) if EXPLORE_COARSE_KEY and memory["levels"] else grid.tobytes()
 
@@ -503,7 +504,8 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     with other offsets try the same redeals in the same order but for ties. The list
     starts again from the first after each improvement; a walk from the grid the last
     walk ended on, or from one of the same coarse component vectors (``explore_key``),
-    goes on at the same place in its own list.
+    skips the candidates that failed there (solver.exclusion.identity: kind, labels and
+    targets, a kick's dealt grid), whatever their place in its own ranked list.
 
     With ``kicks`` > 0 the elite also gets its first ``kicks`` split kicks
     (solver.exclusion.kicks, after the redeals when they are listed,
@@ -521,8 +523,8 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     last key whose redeals all failed, "kicked" the last key whose first ``kicks``
     kicks all failed, and that number: a later walk on that key lists only the kicks
     after them, those of its own grid, which under the coarse key may rank other kicks
-    first than the grid they failed on; "exploring" the key, parts, place and skipped
-    kicks of the list the last walk stopped in).
+    first than the grid they failed on; "exploring" the key, parts, failed candidates'
+    identities and skipped kicks of the list the last walk stopped in).
     None (the caller tempers instead) when N exceeds DESCENT_FULL_N, or neither part is
     listed or left untried for this elite; ``memory["done"]`` is the walk's grid when
     the walk tried every candidate of it (the caller then tempers on)."""
@@ -544,8 +546,8 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     # listed again; a walk goes on where the last one ended only in the same list
     skip = kicked[1] if kicked[0] == key else 0
     at = memory.get("exploring")
-    fails = at[2] if at is not None and at[:2] == (key, parts) and at[3] == skip else 0
-    if not fails:
+    failed = set(at[2]) if at is not None and at[:2] == (key, parts) and at[3] == skip else set()
+    if not failed:
         memory["offset"] += 1
     best_grid, best = grid.copy(), fun
     start_nfev, strategy, trace, tried = effort.nfev, "", [], 0
@@ -560,7 +562,8 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     # without a clock, a walk tries as many as its budget buys at EXPLORE_PAIR_SWAPS each
     most = max(1, (effort.budget - effort.nfev) // (EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2))
     while tried < most and not effort.should_stop():
-        if fails >= len(cands):  # every candidate of this grid failed
+        cand = next((c for c in cands if exclusion.identity(c) not in failed), None)
+        if cand is None:  # every candidate of this grid failed
             memory["done"] = best_grid.tobytes()
             done = explore_key(best_grid, memory)
             if parts[0]:
@@ -568,13 +571,13 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
             if parts[1]:
                 memory["kicked"] = (done, kicks)
             break
-        g, comm, nfev = exclusion.redeal(model, best_grid, cands[fails], memory["levels"], rng,
+        g, comm, nfev = exclusion.redeal(model, best_grid, cand, memory["levels"], rng,
                                          stop=cancel, split_labels=memory["fine"])
         effort.nfev += nfev
         tried += 1
         if comm < best - 1e-12 * max(1.0, best):
-            strategy = f"{strategy_prefix}{cands[fails].kind}, then segment rebalance"
-            best, best_grid, fails = comm, g, 0
+            strategy = f"{strategy_prefix}{cand.kind}, then segment rebalance"
+            best, best_grid, failed = comm, g, set()
             trace.append((clock(), best))
             on_best(best)
             parts, skip = (bound, kick), 0  # a new grid: both parts the elite had listed
@@ -582,8 +585,8 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
                 break
             cands = listed(best_grid)
         else:
-            fails += 1
-    memory["exploring"] = (explore_key(best_grid, memory), parts, fails, skip)
+            failed.add(exclusion.identity(cand))
+    memory["exploring"] = (explore_key(best_grid, memory), parts, frozenset(failed), skip)
     if tried == 0:
         return None
     return Walk(best_grid, best, strategy, effort.nfev - start_nfev, 0, 0, trace)

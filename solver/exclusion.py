@@ -166,6 +166,14 @@ class Candidate(NamedTuple):
     dealt: np.ndarray | None = None  #: the redealt grid itself (split kicks)
 
 
+def identity(cand: Candidate) -> tuple:
+    """What tells one candidate from another across grids of one coarse key
+    (solver.anytime.explore): a redeal's kind, labels and target counts (its dealt grid
+    depends on the grid dealt from), a split kick's dealt grid. O(N)."""
+    spec = cand.dealt if cand.targets is None and cand.dealt is not None else cand.targets
+    return cand.kind, cand.labels.tobytes(), None if spec is None else spec.tobytes()
+
+
 def _near_equal(left: np.ndarray, q: int, r: int) -> np.ndarray | None:
     """``(q, m)`` counts with column sums ``left``, each row summing to ``r``, columns as
     equal as they go (each group short of places takes the largest remainders in

@@ -273,7 +273,7 @@ def test_a_stalled_elite_gets_split_kicks_only_where_datap_does_not_rule(monkeyp
     tried = []
     monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: pytest.fail("not DataP-bound"))
     monkeypatch.setattr(exclusion, "kicks", lambda *a: [exclusion.Candidate(
-        "split", np.zeros(16, dtype=np.int64), None, grid)] * 2)
+        "split", np.zeros(16, dtype=np.int64), None, d) for d in _deals(grid, 2)])
     monkeypatch.setattr(exclusion, "redeal", lambda model, g, cand, *a, **k: (
         tried.append(cand.kind) or (g, fun + 1.0, 10)))
     memory = {}
@@ -378,15 +378,45 @@ def test_an_elite_of_the_same_coarse_vectors_goes_on_where_the_last_walk_stopped
 
     walk(grid)
     offset = memory["offset"]
-    assert memory["exploring"][2] == 2
+    assert len(memory["exploring"][2]) == 2
     walk(crawled)
-    assert memory["exploring"][2] == 4 and memory["offset"] == offset
+    assert len(memory["exploring"][2]) == 4 and memory["offset"] == offset
     walk(moved)
-    assert memory["exploring"][2] == 2 and memory["offset"] == offset + 1
+    assert len(memory["exploring"][2]) == 2 and memory["offset"] == offset + 1
     monkeypatch.setattr(anytime, "EXPLORE_COARSE_KEY", False)
     walk(grid)
     walk(crawled)
-    assert memory["exploring"][2] == 2 and memory["offset"] == offset + 3
+    assert len(memory["exploring"][2]) == 2 and memory["offset"] == offset + 3
+
+
+def test_a_walk_of_the_same_coarse_key_skips_what_failed_whatever_its_ranked_place(monkeypatch):
+    """Under one coarse key a crawled grid ranks its redeals in another order (here the
+    reverse): the next walk tries the candidates that have not failed yet, in its own
+    order, none twice, and ends the list when all have failed."""
+    model = _two_regions_datap_light()
+    grid = np.arange(16).reshape(4, 4)
+    crawled = grid.copy()
+    crawled[0, 0], crawled[0, 1] = grid[0, 1], grid[0, 0]  # devices 0 and 1: one region
+    labels = np.zeros(16, dtype=np.int64)
+    cands = [exclusion.Candidate("exclusion", labels, np.full((4, 1), i)) for i in range(5)]
+    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: list(cands))
+    monkeypatch.setattr(exclusion, "ranked", lambda model, g, out: out if np.array_equal(g, grid) else out[::-1])
+    tried = []
+    monkeypatch.setattr(exclusion, "redeal", lambda model, g, cand, *a, **k: (
+        tried.append(int(cand.targets[0, 0])) or (g, 1e9, 10)))
+    memory = {}
+    budget = 2 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2
+
+    def walk(g):
+        return explore(model, g, model.score_grid(g).comm, np.random.default_rng(0), Effort(budget), memory,
+                       clock=time.monotonic, cancel=lambda: False, share=0.0)
+
+    walk(grid)
+    walk(crawled)
+    assert tried == [0, 1, 4, 3] and memory["done"] is None
+    walk(crawled)
+    assert tried == [0, 1, 4, 3, 2] and memory["done"] == crawled.tobytes()
+    assert memory["explored"] == anytime.explore_key(crawled, memory)
 
 
 @pytest.mark.parametrize("stall_redeals", [True, False])
@@ -511,10 +541,10 @@ def test_an_exploring_walk_is_a_function_of_its_inputs_and_goes_on_where_it_stop
                                     "packing, then segment rebalance"))
         assert key == anytime.explore_key(a.grid, first)
     else:  # both tries failed: the next walk from this grid takes the next two
-        assert key == anytime.explore_key(grid, first) and fails == 2
+        assert key == anytime.explore_key(grid, first) and len(fails) == 2
         offset = first["offset"]
         walk(first)
-        assert first["offset"] == offset and first["exploring"][2] == 4
+        assert first["offset"] == offset and len(first["exploring"][2]) == 4
 
 
 def test_a_cancelled_explorer_hands_back_the_grid_it_had():
