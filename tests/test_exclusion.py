@@ -355,20 +355,14 @@ def test_a_lineage_walk_explores_a_stalled_elite_with_every_redeal_listed(monkey
     assert walk().iterations > 0 and len(tried) == 4  # a stalled elite, and nothing explored
 
 
-def test_an_elite_of_the_same_coarse_vectors_goes_on_where_the_last_walk_stopped(monkeypatch):
-    """EXPLORE_COARSE_KEY: an elite that differs from the last walk's grid only by devices
-    of one component trading groups (a crawling ladder) takes the next candidates of the
-    list; an elite of other vectors starts the list again, one further along."""
+def _crawl_walks():
+    """A 4 x 4 grid of the two-region model, the same grid with two devices of one region
+    swapped (a crawl: the same coarse key), one memory, and an exploring walk (two
+    candidates' budget, every redeal listed) from a given grid with that memory."""
     model = _two_regions_datap_light()
     grid = np.arange(16).reshape(4, 4)
     crawled = grid.copy()
     crawled[0, 0], crawled[0, 1] = grid[0, 1], grid[0, 0]  # devices 0 and 1: one region
-    moved = grid.copy()
-    moved[0, 0], moved[2, 1] = grid[2, 1], grid[0, 0]  # device 0 and device 9: two regions
-    labels = np.zeros(16, dtype=np.int64)
-    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [
-        exclusion.Candidate("exclusion", labels, None, d) for d in _deals(grid, 5)])
-    monkeypatch.setattr(exclusion, "redeal", lambda model, g, cand, *a, **k: (g, 1e9, 10))
     memory = {}
     budget = 2 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2
 
@@ -376,6 +370,20 @@ def test_an_elite_of_the_same_coarse_vectors_goes_on_where_the_last_walk_stopped
         return explore(model, g, model.score_grid(g).comm, np.random.default_rng(0), Effort(budget), memory,
                        clock=time.monotonic, cancel=lambda: False, share=0.0)
 
+    return grid, crawled, memory, walk
+
+
+def test_an_elite_of_the_same_coarse_vectors_goes_on_where_the_last_walk_stopped(monkeypatch):
+    """EXPLORE_COARSE_KEY: an elite that differs from the last walk's grid only by devices
+    of one component trading groups (a crawling ladder) takes the next candidates of the
+    list; an elite of other vectors starts the list again, one further along."""
+    grid, crawled, memory, walk = _crawl_walks()
+    moved = grid.copy()
+    moved[0, 0], moved[2, 1] = grid[2, 1], grid[0, 0]  # device 0 and device 9: two regions
+    labels = np.zeros(16, dtype=np.int64)
+    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [
+        exclusion.Candidate("exclusion", labels, None, d) for d in _deals(grid, 5)])
+    monkeypatch.setattr(exclusion, "redeal", lambda model, g, cand, *a, **k: (g, 1e9, 10))
     walk(grid)
     offset = memory["offset"]
     assert len(memory["exploring"][2]) == 2
@@ -393,10 +401,7 @@ def test_a_walk_of_the_same_coarse_key_skips_what_failed_whatever_its_ranked_pla
     """Under one coarse key a crawled grid ranks its redeals in another order (here the
     reverse): the next walk tries the candidates that have not failed yet, in its own
     order, none twice, and ends the list when all have failed."""
-    model = _two_regions_datap_light()
-    grid = np.arange(16).reshape(4, 4)
-    crawled = grid.copy()
-    crawled[0, 0], crawled[0, 1] = grid[0, 1], grid[0, 0]  # devices 0 and 1: one region
+    grid, crawled, memory, walk = _crawl_walks()
     labels = np.zeros(16, dtype=np.int64)
     cands = [exclusion.Candidate("exclusion", labels, np.full((4, 1), i)) for i in range(5)]
     monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: list(cands))
@@ -404,13 +409,6 @@ def test_a_walk_of_the_same_coarse_key_skips_what_failed_whatever_its_ranked_pla
     tried = []
     monkeypatch.setattr(exclusion, "redeal", lambda model, g, cand, *a, **k: (
         tried.append(int(cand.targets[0, 0])) or (g, 1e9, 10)))
-    memory = {}
-    budget = 2 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2
-
-    def walk(g):
-        return explore(model, g, model.score_grid(g).comm, np.random.default_rng(0), Effort(budget), memory,
-                       clock=time.monotonic, cancel=lambda: False, share=0.0)
-
     walk(grid)
     walk(crawled)
     assert tried == [0, 1, 4, 3] and memory["done"] is None
