@@ -21,6 +21,7 @@ Figures depend on machine load; run under ``nice`` and quote ratios from one run
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -94,11 +95,35 @@ def pct(v: float, ref: float) -> str:
     return f"{above:+.1f}%" if round(above, 1) != 0 else "+0.0%"
 
 
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(n for n in text.split(",") if n)
+    unknown = [n for n in names if n not in SUITE]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"not a suite instance: {', '.join(unknown)} (known: {', '.join(SUITE)})")
+    return names
+
+
+def _count(text: str, least: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be at least {least}: {value}")
+    return value
+
+
 def main(argv: list[str]) -> None:
-    what = argv[0] if argv else "all"
-    long = tuple(argv[argv.index("--long") + 1].split(",")) if "--long" in argv else DEFAULT_LONG
-    workers = int(argv[argv.index("--workers") + 1]) if "--workers" in argv else 2
-    draw = int(argv[argv.index("--draw") + 1]) if "--draw" in argv else 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", nargs="?", default="all", choices=("anytime", "spread", "sa", "bound", "all"),
+                        help="which table (default: all)")
+    parser.add_argument("--long", type=_names, default=DEFAULT_LONG, metavar="NAMES",
+                        help=f"instances whose anytime run lasts 120 s, comma-separated (default: {','.join(DEFAULT_LONG)})")
+    parser.add_argument("--workers", type=lambda t: _count(t, 1), default=2, help="search workers (default: 2)")
+    parser.add_argument("--draw", type=lambda t: _count(t, 0), default=0,
+                        help="draw of the suite (default: 0, the README's tables)")
+    args = parser.parse_args(argv)
+    what, long, workers, draw = args.what, args.long, args.workers, args.draw
     names = list(SUITE)
     known: dict[str, float] = {}
     rows = spread = sa = None

@@ -12,6 +12,7 @@ path       approximate path solver against Held-Karp, sizes 2..12: worst observe
 
 from __future__ import annotations
 
+import argparse
 import json
 import resource
 import subprocess
@@ -142,16 +143,30 @@ def path() -> None:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:] or ["all"]
-    if args[0] == "_scale_one":
-        print(json.dumps(scale_one(int(args[1]), float(args[2]))))
+    if sys.argv[1:2] == ["_scale_one"]:  # one scale run, in its own process (scale)
+        print(json.dumps(scale_one(int(sys.argv[2]), float(sys.argv[3]))))
         sys.exit(0)
-    sizes = [256, 1024, 4096]
-    if "--sizes" in args:
-        sizes = [int(x) for x in args[args.index("--sizes") + 1].split(",")]
-    what = args[0]
+
+    def _sizes(text: str) -> list[int]:
+        try:
+            sizes = [int(x) for x in text.split(",")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not comma-separated whole numbers: {text!r}") from None
+        unknown = [n for n in sizes if n not in SCALES]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"no scale fabric of {unknown[0]} GPUs (known: "
+                                             f"{','.join(map(str, SCALES))})")
+        return sizes
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", nargs="?", default="all", choices=("worldwide", "dtfm", "scale", "path", "all"),
+                        help="which benchmark (default: all)")
+    parser.add_argument("--sizes", type=_sizes, default=[256, 1024, 4096],
+                        help="GPU counts of the scale runs, comma-separated (default: all of "
+                             f"{','.join(map(str, SCALES))})")
+    args = parser.parse_args()
     for name, fn in (("worldwide", worldwide), ("dtfm", dtfm), ("path", path)):
-        if what in (name, "all"):
+        if args.what in (name, "all"):
             fn()
-    if what in ("scale", "all"):
-        scale(sizes)
+    if args.what in ("scale", "all"):
+        scale(args.sizes)
