@@ -118,7 +118,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("what", nargs="?", default="all", choices=("anytime", "spread", "sa", "bound", "all"),
                         help="which table (default: all)")
     parser.add_argument("--long", type=_names, default=DEFAULT_LONG, metavar="NAMES",
-                        help=f"instances whose anytime run lasts 120 s, comma-separated (default: {','.join(DEFAULT_LONG)})")
+                        help="instances whose anytime run lasts 120 s, comma-separated "
+                             f"(default: {','.join(DEFAULT_LONG)})")
     parser.add_argument("--workers", type=lambda t: _count(t, 1), default=2, help="search workers (default: 2)")
     parser.add_argument("--draw", type=lambda t: _count(t, 0), default=0,
                         help="draw of the suite (default: 0, the README's tables)")
