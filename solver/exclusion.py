@@ -170,7 +170,7 @@ def identity(cand: Candidate) -> tuple:
     """What tells one candidate from another across grids of one coarse key
     (solver.anytime.explore): a redeal's kind, labels and target counts (its dealt grid
     depends on the grid dealt from), a split kick's dealt grid. O(N)."""
-    spec = cand.dealt if cand.targets is None and cand.dealt is not None else cand.targets
+    spec = cand.targets if cand.targets is not None else cand.dealt
     return cand.kind, cand.labels.tobytes(), None if spec is None else spec.tobytes()
 
 

@@ -149,7 +149,7 @@ def test_ranked_redeals_are_the_same_redeals_dealt_in_ascending_datap():
     dealt = [np.stack(_redeal(model.t_dp, cols, c.labels, c.targets), axis=1) for c in plain]
     distinct = {d.tobytes() for d in dealt}
     assert len(ranked) == len(distinct) > 1  # the first candidate of each distinct deal
-    key = lambda c: (c.kind, c.labels.tobytes(), c.targets.tobytes())  # noqa: E731
+    key = exclusion.identity  # kind, labels and targets of a redeal
     assert {key(c) for c in ranked} <= {key(c) for c in plain}
     assert {c.dealt.tobytes() for c in ranked} == distinct
     datap = [model.score_grid(c.dealt).data_p for c in ranked]
