@@ -134,7 +134,8 @@ layout: no layout below 39.8 s); swaps of two rows' runs of 2-8 devices in the k
 
 Lineage explorers (LINEAGE_EXPLORES, EXPLORE_COARSE_KEY): worker 1 spends a walk
 exploring (``explore``) when the elite is nearly stalled or stalled, every redeal
-(confinements, exclusions, packings) listed whatever the elite's DataP share, and the split kicks;
+(confinements, exclusions, packings, transfers) listed whatever the elite's DataP share, and the
+split kicks;
 it tempers its lineage otherwise, and for what is left of a walk once every candidate
 has failed. A lineage walk that follows exploring walks goes on with its ladder (the
 restart or fresh start of LINEAGE_FRESH waits for a walk that follows a lineage walk;
@@ -499,7 +500,7 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     another, each from the best so far, until the walk's budget or clock ends. The
     candidates of a grid are taken in ascending order of their dealt grid's DataP
     (solver.exclusion.ranked, RANK); ties keep the list order (confinements,
-    exclusions, packings; the first two rotated by a per-worker offset from its seeded
+    exclusions, packings, transfers; the first two rotated by a per-worker offset from its seeded
     stream, one further for each new key; solver.exclusion.candidates), so explorers
     with other offsets try the same redeals in the same order but for ties. The list
     starts again from the first after each improvement; a walk from the grid the last

@@ -1,4 +1,4 @@
-"""Whole-grid redeals (confinement, exclusion, packing) for layouts bound by DataP or stalled, and split kicks.
+"""Whole-grid redeals (confinement, exclusion, packing, transfer) for layouts bound by DataP or stalled, and split kicks.
 
 When DataP rules Comm and every stage group holds a device of the same dear hosts (a
 host behind a slow NIC pays its slow link to every peer off the host), every group
@@ -24,8 +24,12 @@ vectors) do not leave. The way out changes every group at once:
   multiple of it (which the exclusions cannot deal whole), fills ``q = z_c // r``
   consecutive groups at one end and puts its remainder ``z_c - q r`` in the next group
   inward.
+- *Transfer*: at a coarse level the pipeline order falls into runs of consecutive
+  groups with one count vector each; two runs (lengths ``L_a``, ``L_b``) trade ``j
+  lcm(L_a, L_b)`` devices of one component for as many of another, spread evenly over
+  each run's groups so that each run keeps one vector (``j = 1 .. TRANSFER_STEPS``).
 
-In all three, each of the ``k1`` groups fills its other places in proportion to the other
+In the first three, each of the ``k1`` groups fills its other places in proportion to the other
 components' totals, and the other ``D_PP - k1`` groups share what is left as equally
 as it goes (largest remainders, ``_concentrated``). The grid is redealt to those counts
 (solver.rebalance._redeal: surplus devices cheapest to carry elsewhere leave, the
@@ -36,7 +40,7 @@ where its descent ends (60-95 s against 53 s at first, the Pipeline of groups de
 without regard to their neighbours), but its DataP, which only the group contents
 set and which the descent mostly keeps, does: explorers try the redeals in ascending
 order of the dealt grid's DataP (``ranked``; RANK), ties in list order (``candidates``:
-confinements first, packings last).
+confinements first, then exclusions, packings and transfers).
 
 Ranking was added for the draw-3 192-GPU 8 x 24 suite instance, whose 10 s runs ended
 at 38.1-45.3 s seed by seed: a recorded 41.27 s layout has 72 redeals (0.2-0.9 s
@@ -102,6 +106,32 @@ the 28 (one more host on draw-1 6 x 6), and in the same session: draw-1 12 x 8 s
 hosts), draw-3 10 x 8 40.14 -> 40.38 s (every seed in the 40 s family either way),
 draw-3 4 x 12 30.463 s on every seed, draw-3 16 x 4 33.75 -> 33.93 s.
 
+Transfers were added for the draw-4 192-GPU 8 x 24 suite instance, whose 10 s runs
+ended at 47.4-50.3 s seed by seed, each in the basin its first seconds reached. At the
+region level its layouts are a run of four groups, one mixed group and a run of three,
+and they differ in how the four regions split between those: (2, 12, 0, 10) x 4,
+(5, 3, 10, 6), (3, 0, 15, 6) x 3 in a 47.44 s layout; (1, 11, 0, 12) x 4, (0, 7, 1,
+16), (6, 0, 18, 0) x 3 in a 50.25 s one. The first one's region counts dealt onto the
+second, descended and rebalanced, reached 49.11 s, and a 3 s ladder from there 47.78 s:
+the counts set the basin, and the ladder does not move them (a swap between two runs
+breaks both runs' vectors). Every other redeal of the 50.25 s layout, each tried once,
+ended above it (51.48 s the lowest of 54); seven of its 36 transfers beat it (48.47 s
+the lowest). From four recorded 10 s layouts of 49.1-50.25 s, transfers taken in ranked
+order, the first improvement kept (as an explorer takes them), went 50.25 -> 48.14 s in
+0.5 s and 47.35 s in 9.7 s (below the 47.41 s found before), 49.86 -> 48.04 s in 3 s.
+One session, ``--time-limit 10``, 2 workers, seeds 0-4, mean Comm without -> with: 8 x
+24 draw 4 49.33 -> 47.91 s (worst 50.22 -> 48.60 s), draw 3 38.77 -> 37.55 s (34.66 s,
+a new lowest found, against 37.02 s), draw 0 36.62 -> 36.43 s, draws 1 and 2 45.87 ->
+45.78 s and 47.16 -> 47.20 s; 12 x 8 draw 4 21.94 -> 21.72 s, draw 3 34.72 -> 34.59 s,
+draw 1 39.53 -> 39.34 s;
+16 x 4 draw 4 27.66 -> 27.98 s and, seeds 5-9, 27.73 -> 27.55 s (two basins, 27.3 and
+28.0 s); the other 48-96-GPU instances of draws 3 and 4, and 16 x 4 draw 1, within 0.2%.
+Path relinking was tried on the same recorded layouts first and not built: walking one
+layout towards another one swap at a time (stage groups matched by overlap, each swap
+putting a device in its group of the other layout), the points at a quarter, half and
+three quarters of the way, each descended and rebalanced, never beat the better end (18
+points between three 8 x 24 draw-4 layouts, 36 between four 16 x 4 draw-4 layouts).
+
 *Split kicks* (``kicks``), tried by explorers on an elite that no walk of the last
 round improved (solver.anytime), whatever its DataP: every segment of consecutive
 groups dealt into two sub-runs with one count vector each (solver.rebalance._splits),
@@ -113,11 +143,12 @@ the first three groups alternated two host vectors, paying two dear edges where 
 would do) the first kick scored 20.44 s in the current order and reached 19.97 s
 after its descent and rebalancing.
 
-Cost: ``O(L m D_PP)`` candidate targets (``L`` levels of ``m`` components), each
-``O(D_PP m)`` to build; trying one costs a redeal (``O(N D_DP)`` array work), the
-descent (at most EXCLUDE_SWEEPS ``N^2`` scored swaps) and a rebalancing call: 0.4-2 s
-at 192 devices. Kicks: the split scan of every level (``O(L D_PP^3)`` targets,
-0.04-1 s on the suite), then each kick like a candidate.
+Cost: ``O(L m D_PP)`` candidate targets (``L`` levels of ``m`` components), and
+``O(L R^2 m^2)`` transfers where a level's groups fall into ``R`` runs (3-84 transfers
+on recorded suite layouts), each ``O(D_PP m)`` to build; trying one costs a redeal
+(``O(N D_DP)`` array work), the descent (at most EXCLUDE_SWEEPS ``N^2`` scored swaps)
+and a rebalancing call: 0.4-2 s at 192 devices. Kicks: the split scan of every level
+(``O(L D_PP^3)`` targets, 0.04-1 s on the suite), then each kick like a candidate.
 """
 
 from __future__ import annotations
@@ -154,13 +185,18 @@ DEAR_FACTOR = 1.5
 #: Whether explorers try the redeals in ascending order of the dealt grid's DataP
 #: (``ranked``; module text) instead of as listed.
 RANK = True
+#: Whether the redeals include transfers between runs (``_transfers``, module text),
+#: listed last; each trades ``j lcm(L_a, L_b)`` devices a way for ``j = 1 ..
+#: TRANSFER_STEPS``.
+TRANSFER = True
+TRANSFER_STEPS = 2
 
 
 class Candidate(NamedTuple):
     """A whole-grid redeal: ``targets[j]`` devices of each component of ``labels`` (a
     level's, or one with the critical or dear hosts as one more component) for group ``j``."""
 
-    kind: str  #: "confinement", "exclusion", "packing" or "split"
+    kind: str  #: "confinement", "exclusion", "packing", "transfer" or "split"
     labels: np.ndarray
     targets: np.ndarray | None
     dealt: np.ndarray | None = None  #: the redealt grid itself (split kicks)
@@ -243,6 +279,40 @@ def _packings(vec: np.ndarray, labels: np.ndarray, c: int) -> list[Candidate]:
     return out
 
 
+def _runs(vec: np.ndarray) -> list[tuple[int, int]]:
+    """The maximal runs ``[s, e)`` of consecutive groups with equal count vectors. O(p m)."""
+    out, s = [], 0
+    for e in range(1, len(vec) + 1):
+        if e == len(vec) or (vec[e] != vec[s]).any():
+            out.append((s, e))
+            s = e
+    return out
+
+
+def _transfers(vec: np.ndarray, labels: np.ndarray) -> list[Candidate]:
+    """Trades between two runs of equal vectors (``_runs``): ``j lcm(L_a, L_b)`` devices of
+    component ``x`` move from run ``a`` to run ``b`` and as many of ``y`` back, spread
+    evenly over each run's groups, for ``j = 1 .. TRANSFER_STEPS``: each run keeps one
+    vector. O(R^2 m^2 TRANSFER_STEPS p m) for ``R`` runs."""
+    runs, m, out = _runs(vec), vec.shape[1], []
+    for a in range(len(runs)):
+        for b in range(a + 1, len(runs)):
+            (s1, e1), (s2, e2) = runs[a], runs[b]
+            n = np.lcm(e1 - s1, e2 - s2)
+            for x in range(m):
+                for y in range(m):
+                    for j in range(1, TRANSFER_STEPS + 1) if x != y else ():
+                        t = vec.copy()
+                        give, take = j * n // (e1 - s1), j * n // (e2 - s2)
+                        t[s1:e1, x] -= give
+                        t[s1:e1, y] += give
+                        t[s2:e2, x] += take
+                        t[s2:e2, y] -= take
+                        if (t >= 0).all():
+                            out.append(Candidate("transfer", labels, t))
+    return out
+
+
 def critical(model, grid: np.ndarray, hosts: np.ndarray, share: float = CONFINE_SHARE) -> np.ndarray:
     """Devices of the critical hosts (``hosts``: the fine level's labels): hosts with a
     device whose peer sum in its group is at least ``share`` of DataP. O(N D_DP)."""
@@ -296,14 +366,16 @@ def candidates(model, grid: np.ndarray, level_labels: list[np.ndarray], hosts: n
                offset: int = 0) -> list[Candidate]:
     """The confinements of ``grid`` (when ``hosts`` are known: of the critical hosts and,
     DEAR, of the dear hosts when they differ; each when its hosts hold fewer than half the
-    devices), then its exclusions, then its packings (PACKING), as
+    devices), then its exclusions, then its packings (PACKING), then its transfers
+    (TRANSFER), as
     ``Candidate``s: per level coarsest first, then component, ``k1`` and end; the first
     two lists rotated by ``offset`` (the packings, few, come after every exclusion:
     listed among them they put off the exclusion that a draw-3 10 x 8 layout needs,
     module text of solver.anytime). Explorers try them ``ranked`` (RANK), where this
-    order and the offset only break ties. O(L m p^2)."""
+    order and the offset only break ties. O(L m p^2), and O(L R^2 m^3 p TRANSFER_STEPS) for
+    the transfers of ``R`` runs."""
     p = grid.shape[1]
-    excl, packs = [], []
+    excl, packs, trades = [], [], []
     crit = critical(model, grid, hosts) if hosts is not None else None
     out = _confinements(grid, crit, level_labels) if crit is not None else []
     if crit is not None and DEAR:  # and the dear hosts', when they are other hosts
@@ -321,11 +393,12 @@ def candidates(model, grid: np.ndarray, level_labels: list[np.ndarray], hosts: n
                         if t is not None:
                             excl.append(Candidate("exclusion", lab, t))
             packs += _packings(vec, lab, c) if PACKING else []
+        trades += _transfers(vec, lab) if TRANSFER else []
 
     def turn(xs: list) -> list:
         return xs[offset % len(xs):] + xs[:offset % len(xs)] if xs else xs
 
-    return turn(out) + turn(excl) + packs
+    return turn(out) + turn(excl) + packs + trades
 
 
 def dealt_grid(model, grid: np.ndarray, candidate: Candidate) -> np.ndarray:
