@@ -113,9 +113,9 @@ and they differ in how the four regions split between those: (2, 12, 0, 10) x 4,
 (5, 3, 10, 6), (3, 0, 15, 6) x 3 in a 47.44 s layout; (1, 11, 0, 12) x 4, (0, 7, 1,
 16), (6, 0, 18, 0) x 3 in a 50.25 s one. The first one's region counts dealt onto the
 second, descended and rebalanced, reached 49.11 s, and a 3 s ladder from there 47.78 s:
-the counts set the basin, and the ladder does not move them (a swap between two runs
+the counts set the basin, and the ladder rarely moves them (a swap between two runs
 breaks both runs' vectors). Every other redeal of the 50.25 s layout, each tried once,
-ended above it (51.48 s the lowest of 54); seven of its 36 transfers beat it (48.47 s
+ended above it (51.48 s the lowest of 68); seven of its 22 transfers beat it (48.47 s
 the lowest). From four recorded 10 s layouts of 49.1-50.25 s, transfers taken in ranked
 order, the first improvement kept (as an explorer takes them), went 50.25 -> 48.14 s in
 0.5 s and 47.35 s in 9.7 s (below the 47.41 s found before), 49.86 -> 48.04 s in 3 s.
@@ -125,7 +125,8 @@ a new lowest found, against 37.02 s), draw 0 36.62 -> 36.43 s, draws 1 and 2 45.
 45.78 s and 47.16 -> 47.20 s; 12 x 8 draw 4 21.94 -> 21.72 s, draw 3 34.72 -> 34.59 s,
 draw 1 39.53 -> 39.34 s;
 16 x 4 draw 4 27.66 -> 27.98 s and, seeds 5-9, 27.73 -> 27.55 s (two basins, 27.3 and
-28.0 s); the other 48-96-GPU instances of draws 3 and 4, and 16 x 4 draw 1, within 0.2%.
+28.0 s; with TRANSFER_RUNS and TRANSFER_MOST, added after these runs, seeds 0-4 of draw 4
+gave 8 x 24 47.74 s, 12 x 8 21.81 s, 16 x 4 27.90 s); the other 48-96-GPU instances of draws 3 and 4, and 16 x 4 draw 1, within 0.2%.
 Path relinking was tried on the same recorded layouts first and not built: walking one
 layout towards another one swap at a time (stage groups matched by overlap, each swap
 putting a device in its group of the other layout), the points at a quarter, half and
@@ -190,6 +191,12 @@ RANK = True
 #: TRANSFER_STEPS``.
 TRANSFER = True
 TRANSFER_STEPS = 2
+#: A level whose groups fall into more runs than this lists no transfers (the move is for
+#: layouts made of a few runs: 1-5 at every level of 38 recorded suite layouts; scattered
+#: layouts of 384-512 devices, 32-64 runs, listed 18 000-36 000, about 1 ms each to rank),
+#: and a grid lists at most TRANSFER_MOST of them, coarsest level first.
+TRANSFER_RUNS = 8
+TRANSFER_MOST = 256
 
 
 class Candidate(NamedTuple):
@@ -293,8 +300,11 @@ def _transfers(vec: np.ndarray, labels: np.ndarray) -> list[Candidate]:
     """Trades between two runs of equal vectors (``_runs``): ``j lcm(L_a, L_b)`` devices of
     component ``x`` move from run ``a`` to run ``b`` and as many of ``y`` back, spread
     evenly over each run's groups, for ``j = 1 .. TRANSFER_STEPS``: each run keeps one
-    vector. O(R^2 m^2 TRANSFER_STEPS p m) for ``R`` runs."""
+    vector; none when there are more than TRANSFER_RUNS runs. O(R^2 m^2 TRANSFER_STEPS p m)
+    for ``R`` runs."""
     runs, m, out = _runs(vec), vec.shape[1], []
+    if len(runs) > TRANSFER_RUNS:
+        return out
     for a in range(len(runs)):
         for b in range(a + 1, len(runs)):
             (s1, e1), (s2, e2) = runs[a], runs[b]
@@ -367,7 +377,7 @@ def candidates(model, grid: np.ndarray, level_labels: list[np.ndarray], hosts: n
     """The confinements of ``grid`` (when ``hosts`` are known: of the critical hosts and,
     DEAR, of the dear hosts when they differ; each when its hosts hold fewer than half the
     devices), then its exclusions, then its packings (PACKING), then its transfers
-    (TRANSFER), as
+    (TRANSFER; at most TRANSFER_MOST), as
     ``Candidate``s: per level coarsest first, then component, ``k1`` and end; the first
     two lists rotated by ``offset`` (the packings, few, come after every exclusion:
     listed among them they put off the exclusion that a draw-3 10 x 8 layout needs,
@@ -398,7 +408,7 @@ def candidates(model, grid: np.ndarray, level_labels: list[np.ndarray], hosts: n
     def turn(xs: list) -> list:
         return xs[offset % len(xs):] + xs[:offset % len(xs)] if xs else xs
 
-    return turn(out) + turn(excl) + packs + trades
+    return turn(out) + turn(excl) + packs + trades[:TRANSFER_MOST]
 
 
 def dealt_grid(model, grid: np.ndarray, candidate: Candidate) -> np.ndarray:

@@ -131,11 +131,28 @@ def test_transfers_trade_between_two_runs_and_leave_each_run_one_vector():
     assert exclusion._transfers(np.array([[2, 2], [2, 2]]), np.zeros(8, dtype=int)) == []  # one run
 
 
+def test_a_scattered_layout_lists_a_bounded_number_of_transfers(monkeypatch):
+    """A layout of many runs lists no transfers at that level (tens of thousands at 512
+    devices, each dealt to be ranked), and a grid lists at most TRANSFER_MOST."""
+    p = exclusion.TRANSFER_RUNS + 1
+    scattered = np.array([[2, 1, 1] if j % 2 else [1, 2, 1] for j in range(p)])  # every group a run
+    assert len(exclusion._runs(scattered)) == p
+    assert exclusion._transfers(scattered, np.zeros(4 * p, dtype=int)) == []
+    assert exclusion._transfers(scattered[:exclusion.TRANSFER_RUNS], np.zeros(4 * p, dtype=int))
+    _, model, grid = _recorded(TRADED)
+    lv, fine = levels(model), fine_level(model)
+    every = exclusion.candidates(model, grid, lv, fine)
+    monkeypatch.setattr(exclusion, "TRANSFER_MOST", 5)
+    capped = exclusion.candidates(model, grid, lv, fine)
+    assert sum(c.kind == "transfer" for c in capped) == 5
+    assert len(every) - len(capped) == sum(c.kind == "transfer" for c in every) - 5
+
+
 def test_a_run_transfer_leaves_the_basin_where_the_other_redeals_stay():
     """A recorded 10 s layout of the draw-4 8 x 24 suite instance (50.25 s): at the region
     level a run of four groups, one group and a run of three, the regions split between
     them otherwise than in the 47.4 s layouts. Its second ranked transfer reaches 48.47 s
-    (recorded), where none of its 54 other redeals beats the layout (the first eight
+    (recorded), where none of its 68 other redeals beats the layout (the first eight
     ranked are tried here)."""
     _, model, grid = _recorded(TRADED)
     before = model.score_grid(grid).comm
