@@ -123,10 +123,10 @@ One session, ``--time-limit 10``, 2 workers, seeds 0-4, mean Comm without -> wit
 24 draw 4 49.33 -> 47.91 s (worst 50.22 -> 48.60 s), draw 3 38.77 -> 37.55 s (34.66 s,
 a new lowest found, against 37.02 s), draw 0 36.62 -> 36.43 s, draws 1 and 2 45.87 ->
 45.78 s and 47.16 -> 47.20 s; 12 x 8 draw 4 21.94 -> 21.72 s, draw 3 34.72 -> 34.59 s,
-draw 1 39.53 -> 39.34 s;
-16 x 4 draw 4 27.66 -> 27.98 s and, seeds 5-9, 27.73 -> 27.55 s (two basins, 27.3 and
-28.0 s; with TRANSFER_RUNS and TRANSFER_MOST, added after these runs, seeds 0-4 of draw 4
-gave 8 x 24 47.74 s, 12 x 8 21.81 s, 16 x 4 27.90 s); the other 48-96-GPU instances of draws 3 and 4, and 16 x 4 draw 1, within 0.2%.
+draw 1 39.53 -> 39.34 s; 16 x 4 draw 4 27.66 -> 27.98 s and, seeds 5-9, 27.73 -> 27.55 s
+(two basins, 27.3 and 28.0 s); the other 48-96-GPU instances of draws 3 and 4, and 16 x 4
+draw 1, within 0.2%. With TRANSFER_RUNS and TRANSFER_MOST, added after these runs, seeds
+0-4 of draw 4 gave 8 x 24 47.74 s, 12 x 8 21.81 s, 16 x 4 27.90 s.
 Path relinking was tried on the same recorded layouts first and not built: walking one
 layout towards another one swap at a time (stage groups matched by overlap, each swap
 putting a device in its group of the other layout), the points at a quarter, half and
