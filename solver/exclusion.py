@@ -154,6 +154,7 @@ and a rebalancing call: 0.4-2 s at 192 devices. Kicks: the split scan of every l
 
 from __future__ import annotations
 
+import math
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -296,30 +297,34 @@ def _runs(vec: np.ndarray) -> list[tuple[int, int]]:
     return out
 
 
-def _transfers(vec: np.ndarray, labels: np.ndarray) -> list[Candidate]:
+def _transfers(vec: np.ndarray, labels: np.ndarray, most: int = TRANSFER_MOST) -> list[Candidate]:
     """Trades between two runs of equal vectors (``_runs``): ``j lcm(L_a, L_b)`` devices of
     component ``x`` move from run ``a`` to run ``b`` and as many of ``y`` back, spread
-    evenly over each run's groups, for ``j = 1 .. TRANSFER_STEPS``: each run keeps one
-    vector; none when there are more than TRANSFER_RUNS runs. O(R^2 m^2 TRANSFER_STEPS p m)
-    for ``R`` runs."""
+    evenly over each run's groups, for ``j = 1 .. TRANSFER_STEPS`` while both runs hold
+    that many: each run keeps one vector; none when there are more than TRANSFER_RUNS
+    runs, the first ``most`` otherwise. O(R^2 m^2 TRANSFER_STEPS p m) for ``R`` runs."""
     runs, m, out = _runs(vec), vec.shape[1], []
     if len(runs) > TRANSFER_RUNS:
         return out
-    for a in range(len(runs)):
-        for b in range(a + 1, len(runs)):
-            (s1, e1), (s2, e2) = runs[a], runs[b]
-            n = np.lcm(e1 - s1, e2 - s2)
+    for a, (s1, e1) in enumerate(runs):
+        for s2, e2 in runs[a + 1:]:
+            n = math.lcm(e1 - s1, e2 - s2)
             for x in range(m):
                 for y in range(m):
-                    for j in range(1, TRANSFER_STEPS + 1) if x != y else ():
-                        t = vec.copy()
+                    if x == y:
+                        continue
+                    for j in range(1, TRANSFER_STEPS + 1):
                         give, take = j * n // (e1 - s1), j * n // (e2 - s2)
+                        if vec[s1, x] < give or vec[s2, y] < take:  # each run's groups are equal
+                            break
+                        if len(out) == most:
+                            return out
+                        t = vec.copy()
                         t[s1:e1, x] -= give
                         t[s1:e1, y] += give
                         t[s2:e2, x] += take
                         t[s2:e2, y] -= take
-                        if (t >= 0).all():
-                            out.append(Candidate("transfer", labels, t))
+                        out.append(Candidate("transfer", labels, t))
     return out
 
 
@@ -403,12 +408,12 @@ def candidates(model, grid: np.ndarray, level_labels: list[np.ndarray], hosts: n
                         if t is not None:
                             excl.append(Candidate("exclusion", lab, t))
             packs += _packings(vec, lab, c) if PACKING else []
-        trades += _transfers(vec, lab) if TRANSFER else []
+        trades += _transfers(vec, lab, TRANSFER_MOST - len(trades)) if TRANSFER else []
 
     def turn(xs: list) -> list:
         return xs[offset % len(xs):] + xs[:offset % len(xs)] if xs else xs
 
-    return turn(out) + turn(excl) + packs + trades[:TRANSFER_MOST]
+    return turn(out) + turn(excl) + packs + trades
 
 
 def dealt_grid(model, grid: np.ndarray, candidate: Candidate) -> np.ndarray:
