@@ -124,7 +124,12 @@ def _start_helpers(ctx) -> None:
     handed): a process that imported this package from another folder than an installed
     copy (a second checkout, a benchmark run against an older tree) had its workers run
     the installed copy's code. The folder holding this package goes first on the
-    server's ``PYTHONPATH``, for its start only."""
+    server's ``PYTHONPATH``, for its start only. And the server runs ``python -c``, which
+    puts the current directory first on its path: started from a folder holding a
+    ``solver`` package of its own (an operator's project, a second checkout), the
+    workers imported that package, and ran its code, in place of this one. The server
+    starts with ``PYTHONSAFEPATH`` set (Python 3.11+), which leaves the current
+    directory off."""
     from multiprocessing import resource_tracker
 
     captured = sys.stderr
@@ -132,7 +137,7 @@ def _start_helpers(ctx) -> None:
         valid = captured is not None and captured.fileno() >= 0
     except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
         valid = False
-    saved = os.environ.get("PYTHONPATH")
+    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", "PYTHONSAFEPATH")}
     try:
         if not valid and sys.__stderr__ is not None:
             sys.stderr = sys.__stderr__
@@ -141,14 +146,17 @@ def _start_helpers(ctx) -> None:
             from multiprocessing import forkserver
 
             root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-            os.environ["PYTHONPATH"] = os.pathsep.join([root, saved] if saved else [root])
+            path = saved["PYTHONPATH"]
+            os.environ["PYTHONPATH"] = os.pathsep.join([root, path] if path else [root])
+            os.environ["PYTHONSAFEPATH"] = "1"  # not the current directory first
             forkserver.ensure_running()
     finally:
         sys.stderr = captured
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _one_walk(model, index, k, grid, fun, plan: Rounds, stop, on_best, memory: dict) -> Walk:

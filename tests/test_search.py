@@ -373,3 +373,36 @@ def test_worker_processes_run_the_solver_package_their_caller_imported(tmp_path)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
     files = [p.read_text() for p in marks.iterdir()]
     assert len(files) >= 2 and all(f.startswith(str(copy)) for f in files), files
+
+
+def test_worker_processes_ignore_a_solver_package_in_the_current_directory(tmp_path):
+    """The forkserver runs ``python -c``, which puts the current directory first on its
+    path: started from a folder holding a ``solver`` package of its own, the workers
+    imported that one and ran its code. A foreign package that marks its import, in the
+    caller's working directory: no process imports it, and the pool starts whole."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import solver
+
+    work = tmp_path / "work"
+    (work / "solver").mkdir(parents=True)
+    mark = tmp_path / "imported"
+    (work / "solver" / "__init__.py").write_text(f"open({str(mark)!r}, 'w').write(__file__)\n")
+    script = tmp_path / "start.py"  # its folder, not the working directory, is the caller's first
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(solver.__file__).parents[1])!r})\n"
+        "if __name__ == '__main__':\n"
+        "    from solver.workers import WorkerPool\n"
+        "    pool = WorkerPool(None, 2)\n"
+        "    pool.start()\n"
+        "    print(pool.errors, len(pool.live))\n"
+        "    pool.close()\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
+                         cwd=work, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[] 2", out.stdout + out.stderr
+    assert not mark.exists(), mark.read_text()
