@@ -179,6 +179,29 @@ Measured in one session at ``--time-limit 10``, 2 workers, seeds 0-4, mean Comm
 without -> with: h192 draw 3 41.38 -> 39.61 s (37.18 s the best seed; one seed still
 at 43.45 s), draw 1 46.44 -> 46.02 s, draw 0 36.73 -> 36.59 s, draw 2 47.14 -> 47.16 s.
 
+Passes (EXPLORE_PASSES): an exploring walk whose every candidate failed on a grid goes
+over the same list again, up to three passes in all, before the key is marked explored.
+A redeal's descent and rebalancing draw their sweep orders from the walk's stream, so a
+candidate that fails on one draw may succeed on another. On the draw-2 48-GPU 4 x 12
+suite instance, seed 0's 10 s runs ended at 34.576 s where seeds 1-9 reached
+31.008-31.020 s: worker 1's first exploring walk tried all 52 candidates of the stalled
+elite, each failed once, and its lineage then found nothing in the 6 s left. Of that
+layout's 44 ranked redeals, each dealt from it on six other streams, three went below it
+on some draws (a packing on 3 of 6, 31.3-31.8 s; a confinement on 3 of 6, 32.3-32.5 s;
+an exclusion on 1 of 6, 31.6 s). Only walks that reach the end of a list see the passes:
+at ``--time-limit 10`` (2 workers, seed 0, draws 0-5) lists ran out on the 36-64-GPU 6 x
+6, 4 x 12 and 8 x 8 instances and never on the 64-96-GPU 16 x 4, 10 x 8 and 12 x 8 ones,
+where a candidate takes 1-4 s. From the recorded layout, one exploring walk on each of
+16 streams (every candidate listed, no clock): one pass left it on 6 streams, three
+passes on none (31.04-31.32 s). Measured in one session at ``--time-limit 10``, 2
+workers, mean Comm one pass -> three: draw-2 4 x 12 seeds 0-9 31.373 -> 31.016 s (worst
+34.576 -> 31.041 s); seeds 0-4, within 0.2% either way or equal: 6 x 6 of draws 0-5, 4 x
+12 of draws 0, 1 and 3-8, 8 x 8 of draws 0, 3 and 6-8. The draw-9 4 x 12 instance has
+two basins, 27.57 and 28.60 s: seeds 0-9 27.980 -> 27.878 s (4 -> 3 seeds in the upper
+one). The default stop rule gave the same answers in the same time (seed 0, 6 x 6 and 4
+x 12 of draws 0-5, 8 x 8 of draws 0 and 3): its walks try as many candidates as their
+budget buys (EXPLORE_PAIR_SWAPS) and end before a list does.
+
 Cost: the ladder's steps (O(K D_DP) each, solver.tempering), then one descent
 of at most DESCENT_SWEEPS local-search sweeps (O(N^2 D_DP) array work each) and
 partition passes of at most 4 N exact matchings, then the rebalancing (solver.rebalance;
@@ -287,6 +310,10 @@ FRESH_STREAM = 2**31
 #: GPUs), 1.2 s at 8 (192 GPUs), 1.6-1.8 s at 10-12, 3.9 s at 16; 0.05-0.18 million
 #: proposals per D_PP^2. Under a time limit the clock decides.
 EXPLORE_PAIR_SWAPS = 100_000
+#: Passes an exploring walk makes over one key's candidate list (``explore``) before it
+#: marks the key explored: a list whose every candidate failed is tried again, the
+#: redeals' descents drawing other sweep orders (module text, "Passes").
+EXPLORE_PASSES = 3
 
 
 @dataclass(eq=False)
@@ -506,7 +533,10 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     starts again from the first after each improvement; a walk from the grid the last
     walk ended on, or from one of the same coarse component vectors (``explore_key``),
     skips the candidates that failed there (solver.exclusion.identity: kind, labels and
-    targets, a kick's dealt grid), whatever their place in its own ranked list.
+    targets, a kick's dealt grid), whatever their place in its own ranked list. When
+    every candidate of the list has failed, the list is tried again from its first, with
+    the walk's stream further on, up to EXPLORE_PASSES passes in all (a redeal's descent
+    and rebalancing are random: module text, "Passes").
 
     With ``kicks`` > 0 the elite also gets its first ``kicks`` split kicks
     (solver.exclusion.kicks, after the redeals when they are listed,
@@ -520,15 +550,16 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     The redeals are listed while the elite's DataP is at least ``share`` of its Comm
     (EXCLUDE_SHARE; 0 for a (nearly) stalled elite, STALL_REDEALS, and for a lineage's
     walk, LINEAGE_EXPLORES), the kicks when asked
-    for; each part once per key (``explore_key``; ``memory``: "explored" holds the
-    last key whose redeals all failed, "kicked" the last key whose first ``kicks``
-    kicks all failed, and that number: a later walk on that key lists only the kicks
-    after them, those of its own grid, which under the coarse key may rank other kicks
-    first than the grid they failed on; "exploring" the key, parts, failed candidates'
-    identities and skipped kicks of the list the last walk stopped in).
+    for; each part for EXPLORE_PASSES passes per key (``explore_key``; ``memory``:
+    "explored" holds the last key whose redeals all failed in every pass, "kicked" the
+    last key whose first ``kicks`` kicks all failed, and that number: a later walk on
+    that key lists only the kicks after them, those of its own grid, which under the
+    coarse key may rank other kicks first than the grid they failed on; "exploring" the
+    key, parts, failed candidates' identities, skipped kicks and passes done of the list
+    the last walk stopped in).
     None (the caller tempers instead) when N exceeds DESCENT_FULL_N, or neither part is
     listed or left untried for this elite; ``memory["done"]`` is the walk's grid when
-    the walk tried every candidate of it (the caller then tempers on)."""
+    the walk tried every candidate of it in every pass (the caller then tempers on)."""
     memory["done"] = None
     score = model.score_grid(grid)
     if model.n > DESCENT_FULL_N or score.comm <= 0:
@@ -547,7 +578,8 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     # listed again; a walk goes on where the last one ended only in the same list
     skip = kicked[1] if kicked[0] == key else 0
     at = memory.get("exploring")
-    failed = set(at[2]) if at is not None and at[:2] == (key, parts) and at[3] == skip else set()
+    same = at is not None and at[:2] == (key, parts) and at[3] == skip
+    failed, passes = (set(at[2]), at[4]) if same else (set(), 0)
     if not failed:
         memory["offset"] += 1
     best_grid, best = grid.copy(), fun
@@ -564,7 +596,10 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     most = max(1, (effort.budget - effort.nfev) // (EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2))
     while tried < most and not effort.should_stop():
         cand = next((c for c in cands if exclusion.identity(c) not in failed), None)
-        if cand is None:  # every candidate of this grid failed
+        if cand is None and passes + 1 < EXPLORE_PASSES:  # every one failed: again, other draws
+            passes, failed = passes + 1, set()
+            continue
+        if cand is None:  # every candidate of this grid failed, in each pass
             memory["done"] = best_grid.tobytes()
             done = explore_key(best_grid, memory)
             if parts[0]:
@@ -578,7 +613,7 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
         tried += 1
         if comm < best - 1e-12 * max(1.0, best):
             strategy = f"{strategy_prefix}{cand.kind}, then segment rebalance"
-            best, best_grid, failed = comm, g, set()
+            best, best_grid, failed, passes = comm, g, set(), 0
             trace.append((clock(), best))
             on_best(best)
             parts, skip = (bound, kick), 0  # a new grid: both parts the elite had listed
@@ -587,7 +622,7 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
             cands = listed(best_grid)
         else:
             failed.add(exclusion.identity(cand))
-    memory["exploring"] = (explore_key(best_grid, memory), parts, frozenset(failed), skip)
+    memory["exploring"] = (explore_key(best_grid, memory), parts, frozenset(failed), skip, passes)
     if tried == 0:
         return None
     return Walk(best_grid, best, strategy, effort.nfev - start_nfev, 0, 0, trace)

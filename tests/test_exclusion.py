@@ -27,6 +27,7 @@ PACKED = Path(__file__).with_name("data") / "packing_h48_4x12_draw3.json"
 DEAR = Path(__file__).with_name("data") / "dear_h80_10x8_draw3.json"
 RANKED = Path(__file__).with_name("data") / "ranked_h192_8x24_draw3.json"
 TRADED = Path(__file__).with_name("data") / "transfer_h192_8x24_draw4.json"
+PASSED = Path(__file__).with_name("data") / "passes_h48_4x12_draw2.json"
 
 
 def _recorded(path: Path):
@@ -230,7 +231,7 @@ def test_an_explorer_tries_redeals_in_ascending_dealt_datap_ties_in_list_order(m
         or (g, fun + 1.0, 10)))
     explore(model, grid, fun, rng, Effort(10 ** 12), {"offset": 0}, clock=time.monotonic,
             cancel=lambda: False, share=0.0)
-    assert tried == want and len(set(model.score_grid(d).data_p for d in deals)) == 3
+    assert tried == want * anytime.EXPLORE_PASSES and len(set(model.score_grid(d).data_p for d in deals)) == 3
 
 
 @pytest.mark.slow
@@ -321,6 +322,7 @@ def test_a_stalled_elite_gets_split_kicks_only_where_datap_does_not_rule(monkeyp
     """Without STALL_REDEALS: the same elite handed to an explorer twice: the second walk
     tries its kicks (and no confinement or exclusion, DataP being light); once they all
     failed it tempers."""
+    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)  # one pass over a list (the passes: below)
     monkeypatch.setattr(anytime, "STALL_REDEALS", False)
     model = _two_regions_datap_light()
     grid = np.arange(16).reshape(4, 4)
@@ -369,6 +371,7 @@ def test_an_explorer_lists_every_redeal_of_a_stalled_elite_whatever_its_datap(mo
     """STALL_REDEALS: an explorer (not a lineage's) handed a first elite tempers (DataP
     light); handed it again (stalled) it tries every redeal, then the kicks, two
     candidates a walk; once all have failed it tempers again."""
+    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)  # one pass over a list (the passes: below)
     model, grid, fun, tried = _failing_redeals(monkeypatch, "packing")
     memory = {}
     budget = 2 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2  # two candidates' worth
@@ -387,6 +390,7 @@ def test_a_lineage_walk_explores_a_stalled_elite_with_every_redeal_listed(monkey
     is light, then its kicks, two candidates a walk; once every candidate failed the
     lineage walks again, on its ladder: the walk after exploring walks is not judged
     stalled (a restart waits for a walk that follows a lineage walk)."""
+    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)  # one pass over a list (the passes: below)
     model, grid, fun, tried = _failing_redeals(monkeypatch, "exclusion")
     memory = {}
     budget = 2 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2  # two candidates' worth
@@ -456,6 +460,7 @@ def test_a_walk_of_the_same_coarse_key_skips_what_failed_whatever_its_ranked_pla
     """Under one coarse key a crawled grid ranks its redeals in another order (here the
     reverse): the next walk tries the candidates that have not failed yet, in its own
     order, none twice, and ends the list when all have failed."""
+    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)  # one pass over a list (the passes: below)
     grid, crawled, memory, walk = _crawl_walks()
     labels = np.zeros(16, dtype=np.int64)
     cands = [exclusion.Candidate("exclusion", labels, np.full((4, 1), i)) for i in range(5)]
@@ -477,6 +482,7 @@ def test_a_nearly_stalled_elite_gets_its_best_kicks_and_a_stalled_one_the_rest(m
     """An elite within NEAR_STALL of the last one gets its NEAR_KICKS best kicks; handed
     again unchanged (stalled) it gets the others, each once: not those already tried,
     and none skipped (kicks alone: no redeal listed, or none left)."""
+    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)  # one pass over a list (the passes: below)
     monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [])
     monkeypatch.setattr(anytime, "STALL_REDEALS", stall_redeals)
     model = _two_regions_datap_light()
@@ -586,8 +592,8 @@ def test_an_exploring_walk_is_a_function_of_its_inputs_and_goes_on_where_it_stop
     assert a is not None and b is not None
     assert np.array_equal(a.grid, b.grid) and a.fun == b.fun and a.nfev == b.nfev
     assert a.fun == pytest.approx(model.score_grid(a.grid).comm, rel=1e-12)
-    key, parts, fails, skip = first["exploring"]
-    assert parts == (True, False)  # DataP rules the plateau; a first walk is not stalled
+    key, parts, fails, skip, passes = first["exploring"]
+    assert parts == (True, False) and passes == 0  # DataP rules the plateau; a first walk is not stalled
     assert first["exploring"] == again["exploring"]
     if a.fun < fun:
         assert a.strategy.endswith(("confinement, then segment rebalance", "exclusion, then segment rebalance",
@@ -621,6 +627,7 @@ def test_once_every_candidate_failed_the_walk_tempers_for_the_rest(monkeypatch):
     """Every redeal fails (stubbed to hand back a worse grid): the explorer marks the grid
     explored and the same walk goes on tempering from it, and the next walk from that
     grid tempers at once."""
+    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)  # one pass over a list (the passes: below)
     _, model, grid = _plateau()
     fun = model.score_grid(grid).comm
     tried = []
@@ -644,6 +651,74 @@ def test_once_every_candidate_failed_the_walk_tempers_for_the_rest(monkeypatch):
     temper(model, grid, fun, np.random.default_rng(1), Effort(1_000_000), memory, seed=[0, 1],
            clock=time.monotonic, cancel=lambda: False, explorer=True)
     assert tried == []
+
+
+def test_a_list_whose_every_candidate_failed_is_tried_again_up_to_explore_passes(monkeypatch):
+    """A redeal's descent and rebalancing draw their sweep orders, so a candidate that
+    failed may succeed on another draw: a list whose every candidate failed is tried
+    again, EXPLORE_PASSES passes in all, before its key is marked explored; a walk cut
+    short in a later pass goes on in that pass; a success starts a new list, its passes
+    counted anew."""
+    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 3)
+    model, grid, fun, tried = _failing_redeals(monkeypatch, "packing")  # three candidates
+    memory = {}
+    budget = 4 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2  # four candidates' worth
+
+    def walk(rng: int = 0):
+        return explore(model, grid, fun, np.random.default_rng(rng), Effort(budget), memory,
+                       clock=time.monotonic, cancel=lambda: False, share=0.0)
+
+    key = None
+    for want, passes in ((4, 1), (8, 2)):
+        assert walk() is not None and len(tried) == want
+        key = anytime.explore_key(grid, memory)
+        assert memory["exploring"][0] == key and memory["exploring"][4] == passes
+        assert "explored" not in memory and memory["done"] is None
+    assert walk() is not None and len(tried) == 9  # the third pass's last candidate
+    assert memory["explored"] == key and memory["done"] == grid.tobytes()
+    assert walk() is None and len(tried) == 9  # explored: the caller tempers
+
+    calls = []
+
+    def once_better(model, g, cand, *a, **k):  # the fifth try (second pass) succeeds
+        calls.append(cand.kind)
+        return g, fun - (1.0 if len(calls) == 5 else -1.0), 10
+
+    monkeypatch.setattr(exclusion, "redeal", once_better)
+    memory.clear()
+    out = explore(model, grid, fun, np.random.default_rng(0), Effort(10 ** 12), memory,
+                  clock=time.monotonic, cancel=lambda: False, share=0.0)
+    assert out.fun == fun - 1.0 and out.strategy == "packing, then segment rebalance"
+    assert len(calls) == 5 + 3 * 3  # then three full passes over the new grid's list
+    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)
+    memory.clear()
+    calls.clear()
+    out = explore(model, grid, fun, np.random.default_rng(0), Effort(10 ** 12), memory,
+                  clock=time.monotonic, cancel=lambda: False, share=0.0)
+    assert out.fun == fun and len(calls) == 3  # one pass: every candidate failed once
+
+
+@pytest.mark.slow
+def test_a_later_pass_leaves_a_recorded_layout_whose_every_redeal_failed_once(monkeypatch):
+    """The recorded 10 s layout of the draw-2 4 x 12 suite instance (34.58 s), where
+    every redeal of its explorer's list failed in one pass (the other seeds' runs left
+    that basin for 31.0 s with a redeal). One exploring walk from it on each of streams
+    0-15, when recorded: one pass over the list left it on 6 streams, EXPLORE_PASSES
+    passes on none (31.04-31.32 s). Stream 9: one pass leaves it where it is, and
+    EXPLORE_PASSES passes reach below 0.95 x its Comm."""
+    _, model, grid = _recorded(PASSED)
+    fun = model.score_grid(grid).comm
+
+    def walk(passes: int):
+        monkeypatch.setattr(anytime, "EXPLORE_PASSES", passes)
+        out = explore(model, grid, fun, np.random.default_rng(9), Effort(10 ** 12), {},
+                      clock=time.monotonic, cancel=lambda: False, share=0.0)
+        assert out.fun == pytest.approx(model.score_grid(out.grid).comm, rel=1e-12)
+        return out.fun
+
+    passes = anytime.EXPLORE_PASSES
+    assert passes > 1 and walk(1) == fun
+    assert walk(passes) < 0.95 * fun  # 34.58 -> 31.13 s when recorded
 
 
 @pytest.mark.parametrize("lineage, n, want", [
