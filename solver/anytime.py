@@ -137,7 +137,7 @@ exploring (``explore``) when the elite is nearly stalled or stalled, every redea
 (confinements, exclusions, packings, transfers) listed whatever the elite's DataP share, and the
 split kicks;
 it tempers its lineage otherwise, and for what is left of a walk once every candidate
-has failed. A lineage walk that follows exploring walks goes on with its ladder (the
+has failed (in every pass, "Passes" below). A lineage walk that follows exploring walks goes on with its ladder (the
 restart or fresh start of LINEAGE_FRESH waits for a walk that follows a lineage walk;
 the figures below are of a build in which that mark could outlive the walk after, when
 the last lineage walk had gained; the same session, fixed, seeds 0-4: 10 x 8 draw 3
@@ -185,22 +185,24 @@ A redeal's descent and rebalancing draw their sweep orders from the walk's strea
 candidate that fails on one draw may succeed on another. On the draw-2 48-GPU 4 x 12
 suite instance, seed 0's 10 s runs ended at 34.576 s where seeds 1-9 reached
 31.008-31.020 s: worker 1's first exploring walk tried all 52 candidates of the stalled
-elite, each failed once, and its lineage then found nothing in the 6 s left. Of that
-layout's 44 ranked redeals, each dealt from it on six other streams, three went below it
-on some draws (a packing on 3 of 6, 31.3-31.8 s; a confinement on 3 of 6, 32.3-32.5 s;
-an exclusion on 1 of 6, 31.6 s). Only walks that reach the end of a list see the passes:
-at ``--time-limit 10`` (2 workers, seed 0, draws 0-5) lists ran out on the 36-64-GPU 6 x
-6, 4 x 12 and 8 x 8 instances and never on the 64-96-GPU 16 x 4, 10 x 8 and 12 x 8 ones,
-where a candidate takes 1-4 s. From the recorded layout, one exploring walk on each of
-16 streams (every candidate listed, no clock): one pass left it on 6 streams, three
-passes on none (31.04-31.32 s). Measured in one session at ``--time-limit 10``, 2
-workers, mean Comm one pass -> three: draw-2 4 x 12 seeds 0-9 31.373 -> 31.016 s (worst
-34.576 -> 31.041 s); seeds 0-4, within 0.2% either way or equal: 6 x 6 of draws 0-5, 4 x
-12 of draws 0, 1 and 3-8, 8 x 8 of draws 0, 3 and 6-8. The draw-9 4 x 12 instance has
-two basins, 27.57 and 28.60 s: seeds 0-9 27.980 -> 27.878 s (4 -> 3 seeds in the upper
-one). The default stop rule gave the same answers in the same time (seed 0, 6 x 6 and 4
-x 12 of draws 0-5, 8 x 8 of draws 0 and 3): its walks try as many candidates as their
-budget buys (EXPLORE_PAIR_SWAPS) and end before a list does.
+elite (44 redeals, 8 split kicks), each failed once, and its lineage then found nothing
+in the 6 s left. Of that layout's 44 ranked redeals, each redealt, descended and
+rebalanced from it on six other streams, three went below it on some draws (a packing on
+3 of 6, 31.3-31.8 s; a confinement on 3 of 6, 32.3-32.5 s; an exclusion on 1 of 6, 31.6
+s). Only walks that reach the end of a list see the passes: at ``--time-limit 10`` (2
+workers, seed 0, draws 0-5) lists ran out on the 36-64-GPU 6 x 6, 4 x 12 and 8 x 8
+instances and never on the 64-96-GPU 16 x 4, 10 x 8 and 12 x 8 ones, where a candidate
+takes 1-4 s. From the recorded layout, one exploring walk on each of 16 streams (every
+candidate listed, no clock): with one pass the walk stayed at 34.576 s on 6 streams,
+with three passes on none (31.04-31.32 s). Measured in one session at
+``--time-limit 10``, 2 workers, mean Comm one pass -> three: draw-2 4 x 12 seeds 0-9
+31.373 -> 31.016 s (worst 34.576 -> 31.041 s); seeds 0-4, within 0.2% either way or
+equal: 6 x 6 of draws 0-5, 4 x 12 of draws 0, 1 and 3-8, 8 x 8 of draws 0, 3 and 6-8.
+The draw-9 4 x 12 instance has two basins, 27.57 and 28.60 s: seeds 0-9 27.980 -> 27.878
+s (4 -> 3 seeds in the upper one). The default stop rule gave the same answers in the
+same time (seed 0, 6 x 6 and 4 x 12 of draws 0-5, 8 x 8 of draws 0 and 3): its walks try
+as many candidates as their budget buys (EXPLORE_PAIR_SWAPS), and the search stopped
+before any list ran out.
 
 Cost: the ladder's steps (O(K D_DP) each, solver.tempering), then one descent
 of at most DESCENT_SWEEPS local-search sweeps (O(N^2 D_DP) array work each) and
@@ -289,7 +291,7 @@ LINEAGE_FRESH = True
 #: Whether worker 1, while it keeps a lineage, explores an elite that the last round
 #: improved by less than NEAR_STALL (or not at all) for that walk, every redeal listed
 #: whatever the elite's DataP share (``explore``), and tempers its lineage otherwise or
-#: once every candidate failed (module text: "Lineage explorers").
+#: once every candidate failed, in every pass (module text: "Lineage explorers").
 LINEAGE_EXPLORES = True
 #: Whether an explorer (not a lineage's) lists every redeal of an elite that the last
 #: round improved by less than NEAR_STALL (or not at all), whatever its DataP share,
@@ -514,7 +516,8 @@ def explore_key(grid: np.ndarray, memory: dict) -> bytes:
     critical hosts) and host-level kicks than the one whose list was begun, and rank its
     redeals in another order (solver.exclusion.ranked: each dealt grid's DataP depends
     on the grid); the walk tries its own list's candidates but those that already
-    failed under the key (solver.exclusion.identity), none twice and none skipped. Needs
+    failed under the key (solver.exclusion.identity), none twice in one pass and none
+    skipped. Needs
     ``memory["levels"]`` (``_levels``). O(N L)."""
     return signature(grid, memory["levels"]) if EXPLORE_COARSE_KEY and memory["levels"] else grid.tobytes()
 
@@ -550,13 +553,14 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     The redeals are listed while the elite's DataP is at least ``share`` of its Comm
     (EXCLUDE_SHARE; 0 for a (nearly) stalled elite, STALL_REDEALS, and for a lineage's
     walk, LINEAGE_EXPLORES), the kicks when asked
-    for; each part for EXPLORE_PASSES passes per key (``explore_key``; ``memory``:
-    "explored" holds the last key whose redeals all failed in every pass, "kicked" the
-    last key whose first ``kicks`` kicks all failed, and that number: a later walk on
-    that key lists only the kicks after them, those of its own grid, which under the
-    coarse key may rank other kicks first than the grid they failed on; "exploring" the
-    key, parts, failed candidates' identities, skipped kicks and passes done of the list
-    the last walk stopped in).
+    for; the list of both parts up to EXPLORE_PASSES passes per key (``explore_key``;
+    ``memory``: "explored" holds the last key whose redeals all failed in every pass,
+    "kicked" the last key whose first ``kicks`` kicks all failed in every pass, and that
+    number: a later walk on that key lists only the kicks after them, those of its own
+    grid, which under the coarse key may rank other kicks first than the grid they
+    failed on; "exploring" the key, parts, failed candidates' identities, skipped kicks
+    and passes completed before the current one, of the list the last walk stopped in;
+    a list of other parts or skipped kicks starts at its first pass).
     None (the caller tempers instead) when N exceeds DESCENT_FULL_N, or neither part is
     listed or left untried for this elite; ``memory["done"]`` is the walk's grid when
     the walk tried every candidate of it in every pass (the caller then tempers on)."""
@@ -580,7 +584,7 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     at = memory.get("exploring")
     same = at is not None and at[:2] == (key, parts) and at[3] == skip
     failed, passes = (set(at[2]), at[4]) if same else (set(), 0)
-    if not failed:
+    if not failed and passes == 0:  # a new list (a pass begun: the same list)
         memory["offset"] += 1
     best_grid, best = grid.copy(), fun
     start_nfev, strategy, trace, tried = effort.nfev, "", [], 0

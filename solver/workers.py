@@ -127,9 +127,10 @@ def _start_helpers(ctx) -> None:
     server's ``PYTHONPATH``, for its start only. And the server runs ``python -c``, which
     puts the current directory first on its path: started from a folder holding a
     ``solver`` package of its own (an operator's project, a second checkout), the
-    workers imported that package, and ran its code, in place of this one. The server
-    starts with ``PYTHONSAFEPATH`` set (Python 3.11+), which leaves the current
-    directory off."""
+    workers imported that package, and ran its code, in place of this one. Both helpers
+    (the tracker runs ``python -c`` too) start with ``PYTHONSAFEPATH`` set (Python
+    3.11+), which leaves the current directory off their paths; a caller started with
+    ``python -E`` (environment ignored, a flag the helpers inherit) does not get this."""
     from multiprocessing import resource_tracker
 
     captured = sys.stderr
@@ -141,6 +142,7 @@ def _start_helpers(ctx) -> None:
     try:
         if not valid and sys.__stderr__ is not None:
             sys.stderr = sys.__stderr__
+        os.environ["PYTHONSAFEPATH"] = "1"  # not the current directory first
         resource_tracker.ensure_running()
         if ctx.get_start_method() == "forkserver":
             from multiprocessing import forkserver
@@ -148,7 +150,6 @@ def _start_helpers(ctx) -> None:
             root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
             path = saved["PYTHONPATH"]
             os.environ["PYTHONPATH"] = os.pathsep.join([root, path] if path else [root])
-            os.environ["PYTHONSAFEPATH"] = "1"  # not the current directory first
             forkserver.ensure_running()
     finally:
         sys.stderr = captured

@@ -322,7 +322,7 @@ def test_a_stalled_elite_gets_split_kicks_only_where_datap_does_not_rule(monkeyp
     """Without STALL_REDEALS: the same elite handed to an explorer twice: the second walk
     tries its kicks (and no confinement or exclusion, DataP being light); once they all
     failed it tempers."""
-    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)  # one pass over a list (the passes: below)
+    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)  # one pass (more passes: test_a_list_whose_every_...)
     monkeypatch.setattr(anytime, "STALL_REDEALS", False)
     model = _two_regions_datap_light()
     grid = np.arange(16).reshape(4, 4)
@@ -371,7 +371,7 @@ def test_an_explorer_lists_every_redeal_of_a_stalled_elite_whatever_its_datap(mo
     """STALL_REDEALS: an explorer (not a lineage's) handed a first elite tempers (DataP
     light); handed it again (stalled) it tries every redeal, then the kicks, two
     candidates a walk; once all have failed it tempers again."""
-    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)  # one pass over a list (the passes: below)
+    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)  # one pass (more passes: test_a_list_whose_every_...)
     model, grid, fun, tried = _failing_redeals(monkeypatch, "packing")
     memory = {}
     budget = 2 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2  # two candidates' worth
@@ -390,7 +390,7 @@ def test_a_lineage_walk_explores_a_stalled_elite_with_every_redeal_listed(monkey
     is light, then its kicks, two candidates a walk; once every candidate failed the
     lineage walks again, on its ladder: the walk after exploring walks is not judged
     stalled (a restart waits for a walk that follows a lineage walk)."""
-    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)  # one pass over a list (the passes: below)
+    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)  # one pass (more passes: test_a_list_whose_every_...)
     model, grid, fun, tried = _failing_redeals(monkeypatch, "exclusion")
     memory = {}
     budget = 2 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2  # two candidates' worth
@@ -460,7 +460,7 @@ def test_a_walk_of_the_same_coarse_key_skips_what_failed_whatever_its_ranked_pla
     """Under one coarse key a crawled grid ranks its redeals in another order (here the
     reverse): the next walk tries the candidates that have not failed yet, in its own
     order, none twice, and ends the list when all have failed."""
-    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)  # one pass over a list (the passes: below)
+    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)  # one pass (more passes: test_a_list_whose_every_...)
     grid, crawled, memory, walk = _crawl_walks()
     labels = np.zeros(16, dtype=np.int64)
     cands = [exclusion.Candidate("exclusion", labels, np.full((4, 1), i)) for i in range(5)]
@@ -482,7 +482,7 @@ def test_a_nearly_stalled_elite_gets_its_best_kicks_and_a_stalled_one_the_rest(m
     """An elite within NEAR_STALL of the last one gets its NEAR_KICKS best kicks; handed
     again unchanged (stalled) it gets the others, each once: not those already tried,
     and none skipped (kicks alone: no redeal listed, or none left)."""
-    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)  # one pass over a list (the passes: below)
+    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)  # one pass (more passes: test_a_list_whose_every_...)
     monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [])
     monkeypatch.setattr(anytime, "STALL_REDEALS", stall_redeals)
     model = _two_regions_datap_light()
@@ -627,7 +627,7 @@ def test_once_every_candidate_failed_the_walk_tempers_for_the_rest(monkeypatch):
     """Every redeal fails (stubbed to hand back a worse grid): the explorer marks the grid
     explored and the same walk goes on tempering from it, and the next walk from that
     grid tempers at once."""
-    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)  # one pass over a list (the passes: below)
+    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)  # one pass (more passes: test_a_list_whose_every_...)
     _, model, grid = _plateau()
     fun = model.score_grid(grid).comm
     tried = []
@@ -657,8 +657,8 @@ def test_a_list_whose_every_candidate_failed_is_tried_again_up_to_explore_passes
     """A redeal's descent and rebalancing draw their sweep orders, so a candidate that
     failed may succeed on another draw: a list whose every candidate failed is tried
     again, EXPLORE_PASSES passes in all, before its key is marked explored; a walk cut
-    short in a later pass goes on in that pass; a success starts a new list, its passes
-    counted anew."""
+    short in a later pass goes on in that pass; a grid of another key, and a success,
+    start a new list, its passes counted anew."""
     monkeypatch.setattr(anytime, "EXPLORE_PASSES", 3)
     model, grid, fun, tried = _failing_redeals(monkeypatch, "packing")  # three candidates
     memory = {}
@@ -677,6 +677,13 @@ def test_a_list_whose_every_candidate_failed_is_tried_again_up_to_explore_passes
     assert walk() is not None and len(tried) == 9  # the third pass's last candidate
     assert memory["explored"] == key and memory["done"] == grid.tobytes()
     assert walk() is None and len(tried) == 9  # explored: the caller tempers
+    moved = grid.copy()
+    moved[0, 0], moved[2, 1] = grid[2, 1], grid[0, 0]  # devices 0 and 9: two regions, another key
+    assert anytime.explore_key(moved, memory) != key
+    explore(model, moved, fun, np.random.default_rng(0), Effort(budget), memory,
+            clock=time.monotonic, cancel=lambda: False, share=0.0)
+    assert len(tried) == 13 and memory["exploring"][0] == anytime.explore_key(moved, memory)
+    assert memory["exploring"][4] == 1 and len(memory["exploring"][2]) == 1  # its own count, not the other key's
 
     calls = []
 

@@ -376,10 +376,11 @@ def test_worker_processes_run_the_solver_package_their_caller_imported(tmp_path)
 
 
 def test_worker_processes_ignore_a_solver_package_in_the_current_directory(tmp_path):
-    """The forkserver runs ``python -c``, which puts the current directory first on its
-    path: started from a folder holding a ``solver`` package of its own, the workers
-    imported that one and ran its code. A foreign package that marks its import, in the
-    caller's working directory: no process imports it, and the pool starts whole."""
+    """The forkserver and the resource tracker run ``python -c``, which puts the current
+    directory first on the path: started from a folder holding a ``solver`` package of
+    its own, the workers imported that one and ran its code. Foreign ``solver`` and
+    ``multiprocessing`` packages that mark their import, in the caller's working
+    directory: no process imports them, and the pool starts whole."""
     import os
     import subprocess
     import sys
@@ -388,9 +389,10 @@ def test_worker_processes_ignore_a_solver_package_in_the_current_directory(tmp_p
     import solver
 
     work = tmp_path / "work"
-    (work / "solver").mkdir(parents=True)
     mark = tmp_path / "imported"
-    (work / "solver" / "__init__.py").write_text(f"open({str(mark)!r}, 'w').write(__file__)\n")
+    for name in ("solver", "multiprocessing"):
+        (work / name).mkdir(parents=True)
+        (work / name / "__init__.py").write_text(f"open({str(mark)!r}, 'a').write(__file__)\n")
     script = tmp_path / "start.py"  # its folder, not the working directory, is the caller's first
     script.write_text(
         "import sys\n"
