@@ -199,10 +199,10 @@ with three passes on none (31.04-31.32 s). Measured in one session at
 31.373 -> 31.016 s (worst 34.576 -> 31.041 s); seeds 0-4, within 0.2% either way or
 equal: 6 x 6 of draws 0-5, 4 x 12 of draws 0, 1 and 3-8, 8 x 8 of draws 0, 3 and 6-8.
 The draw-9 4 x 12 instance has two basins, 27.57 and 28.60 s: seeds 0-9 27.980 -> 27.878
-s (4 -> 3 seeds in the upper one). The default stop rule gave the same answers in the
-same time (seed 0, 6 x 6 and 4 x 12 of draws 0-5, 8 x 8 of draws 0 and 3): its walks try
-as many candidates as their budget buys (EXPLORE_PAIR_SWAPS), and the search stopped
-before any list ran out.
+s (4 -> 3 seeds in the upper one). The default stop rule gave the same answers (seed 0;
+6 x 6 and 4 x 12 of draws 0-5 and 8 x 8 of draws 0 and 3, in the same time; 8 x 24 of
+draws 0, 1 and 4, 12 x 8 of draw 4): its walks try as many candidates as their budget
+buys (EXPLORE_PAIR_SWAPS), and the search stopped before any list ran out.
 
 Cost: the ladder's steps (O(K D_DP) each, solver.tempering), then one descent
 of at most DESCENT_SWEEPS local-search sweeps (O(N^2 D_DP) array work each) and
