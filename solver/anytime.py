@@ -137,35 +137,35 @@ exploring (``explore``) when the elite is nearly stalled or stalled, every redea
 (confinements, exclusions, packings, transfers) listed whatever the elite's DataP share, and the
 split kicks;
 it tempers its lineage otherwise, and for what is left of a walk once every candidate
-has failed (in every pass, "Passes" below). A lineage walk that follows exploring walks goes on with its ladder (the
-restart or fresh start of LINEAGE_FRESH waits for a walk that follows a lineage walk;
-the figures below are of a build in which that mark could outlive the walk after, when
-the last lineage walk had gained; the same session, fixed, seeds 0-4: 10 x 8 draw 3
-41.41 s, two below 41 s; 12 x 8 draw 1 39.55 s). An exploring walk's place in its
-candidate list is kept under the elite's coarse component vectors (``explore_key``), not
-the grid: a ladder crawling 0.01 s a round changes the elite every round, and a list
-restarted every round tried only its first few candidates (a candidate takes about a
-round at 10-12 stages). Why: up to LINEAGE_MAX_N devices with 2 workers no worker
-explored, and two suite instances sat in a basin that only a whole-grid redeal leaves.
-The draw-3 80-GPU 10 x 8 instance has two layout families, 40.8 s (DataP 25.6 s,
-Pipeline 15.2 s: the slow host spread over three mixed groups) and 42.4 s (12.8 / 29.6
-s: the slow host confined with its region); the ladders rarely cross between them and an
-exclusion redeal does (42.36 -> 41.32 s, then 40.98 s after a 0.5 s ladder). Measured in
-one session at ``--time-limit 10``, 2 workers, mean Comm without -> with: draw-3 10 x 8
-seeds 0-9 41.96 -> 40.88 s (2 -> 7 of 10 below 41 s, a noisy figure: a later run of
-seeds 0-4 had one below 41 s where this one had four; 39.869 s, and 39.866 s by a seed
-without; seeds 0-4 with the grid as the key instead of the coarse vectors: 41.90 s
-against 40.66 s with them); draw-2 48-GPU 4 x 12 seeds 0-4 34.576 s on every seed ->
-31.02-31.04 s (31.008 s the lowest found, by an earlier release); 192-GPU 8 x 24 (where
-worker 1 is an explorer and only the key changed) draw 1 46.46 -> 45.71 s, draw 0 36.62
--> 36.71 s. The lineage's instance, 12 x 8 draw 1, seeds 0-14: 39.19 -> 39.36 s (8 -> 6
-of 15 below 39.0 s; seeds 5-14 alone 39.29 -> 39.25 s): within its two-basin noise.
-Within 0.2% either way, seeds 0-4: every other 36-96-GPU instance of draws 0 and 1, and
-16 x 4, 10 x 8 and 12 x 8 of draw 2; draw 3: 12 x 8 34.75 -> 34.67 s, 16 x 4 33.82 ->
-33.94 s, 4 x 12 31.26 s both. Not kept: worker 0 exploring a nearly stalled elite
-instead (10 x 8 draw 3 42.19 s, 12 x 8 draw 1 39.80 s); worker 1 exploring at most every
-other walk or every third (10 x 8 draw 3 41.81 and 41.36 s, 12 x 8 draw 1 39.17 and
-39.38 s).
+has failed (in every pass, "Passes" below). A lineage walk that follows exploring walks
+goes on with its ladder (the restart or fresh start of LINEAGE_FRESH waits for a walk
+that follows a lineage walk; the figures below are of a build in which that mark could
+outlive the walk after, when the last lineage walk had gained; the same session, fixed,
+seeds 0-4: 10 x 8 draw 3 41.41 s, two below 41 s; 12 x 8 draw 1 39.55 s). An exploring
+walk's place in its candidate list is kept under the elite's coarse component vectors
+(``explore_key``), not the grid: a ladder crawling 0.01 s a round changes the elite
+every round, and a list restarted every round tried only its first few candidates (a
+candidate takes about a round at 10-12 stages). Why: up to LINEAGE_MAX_N devices with 2
+workers no worker explored, and two suite instances sat in a basin that only a
+whole-grid redeal leaves. The draw-3 80-GPU 10 x 8 instance has two layout families,
+40.8 s (DataP 25.6 s, Pipeline 15.2 s: the slow host spread over three mixed groups) and
+42.4 s (12.8 / 29.6 s: the slow host confined with its region); the ladders rarely cross
+between them and an exclusion redeal does (42.36 -> 41.32 s, then 40.98 s after a 0.5 s
+ladder). Measured in one session at ``--time-limit 10``, 2 workers, mean Comm without ->
+with: draw-3 10 x 8 seeds 0-9 41.96 -> 40.88 s (2 -> 7 of 10 below 41 s, a noisy figure:
+a later run of seeds 0-4 had one below 41 s where this one had four; 39.869 s, and
+39.866 s by a seed without; seeds 0-4 with the grid as the key instead of the coarse
+vectors: 41.90 s against 40.66 s with them); draw-2 48-GPU 4 x 12 seeds 0-4 34.576 s on
+every seed -> 31.02-31.04 s (31.008 s the lowest found, by an earlier release); 192-GPU
+8 x 24 (where worker 1 is an explorer and only the key changed) draw 1 46.46 -> 45.71 s,
+draw 0 36.62 -> 36.71 s. The lineage's instance, 12 x 8 draw 1, seeds 0-14: 39.19 ->
+39.36 s (8 -> 6 of 15 below 39.0 s; seeds 5-14 alone 39.29 -> 39.25 s): within its
+two-basin noise. Within 0.2% either way, seeds 0-4: every other 36-96-GPU instance of
+draws 0 and 1, and 16 x 4, 10 x 8 and 12 x 8 of draw 2; draw 3: 12 x 8 34.75 -> 34.67 s,
+16 x 4 33.82 -> 33.94 s, 4 x 12 31.26 s both. Not kept: worker 0 exploring a nearly
+stalled elite instead (10 x 8 draw 3 42.19 s, 12 x 8 draw 1 39.80 s); worker 1 exploring
+at most every other walk or every third (10 x 8 draw 3 41.81 and 41.36 s, 12 x 8 draw 1
+39.17 and 39.38 s).
 
 Stalled redeals (STALL_REDEALS): an explorer that is not a lineage's (with 2 workers,
 worker 1 above LINEAGE_MAX_N devices) lists every redeal of a (nearly) stalled elite,
@@ -517,8 +517,7 @@ def explore_key(grid: np.ndarray, memory: dict) -> bytes:
     redeals in another order (solver.exclusion.ranked: each dealt grid's DataP depends
     on the grid); the walk tries its own list's candidates but those that already
     failed under the key (solver.exclusion.identity), none twice in one pass and none
-    skipped. Needs
-    ``memory["levels"]`` (``_levels``). O(N L)."""
+    skipped. Needs ``memory["levels"]`` (``_levels``). O(N L)."""
     return signature(grid, memory["levels"]) if EXPLORE_COARSE_KEY and memory["levels"] else grid.tobytes()
 
 
