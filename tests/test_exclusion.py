@@ -664,8 +664,8 @@ def test_a_list_whose_every_candidate_failed_is_tried_again_up_to_explore_passes
     memory = {}
     budget = 4 * EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2  # four candidates' worth
 
-    def walk(rng: int = 0):
-        return explore(model, grid, fun, np.random.default_rng(rng), Effort(budget), memory,
+    def walk(g: np.ndarray = grid, work: int = budget):
+        return explore(model, g, fun, np.random.default_rng(0), Effort(work), memory,
                        clock=time.monotonic, cancel=lambda: False, share=0.0)
 
     key = None
@@ -680,8 +680,7 @@ def test_a_list_whose_every_candidate_failed_is_tried_again_up_to_explore_passes
     moved = grid.copy()
     moved[0, 0], moved[2, 1] = grid[2, 1], grid[0, 0]  # devices 0 and 9: two regions, another key
     assert anytime.explore_key(moved, memory) != key
-    explore(model, moved, fun, np.random.default_rng(0), Effort(budget), memory,
-            clock=time.monotonic, cancel=lambda: False, share=0.0)
+    walk(moved)
     assert len(tried) == 13 and memory["exploring"][0] == anytime.explore_key(moved, memory)
     assert memory["exploring"][4] == 1 and len(memory["exploring"][2]) == 1  # its own count, not the other key's
 
@@ -693,15 +692,13 @@ def test_a_list_whose_every_candidate_failed_is_tried_again_up_to_explore_passes
 
     monkeypatch.setattr(exclusion, "redeal", once_better)
     memory.clear()
-    out = explore(model, grid, fun, np.random.default_rng(0), Effort(10 ** 12), memory,
-                  clock=time.monotonic, cancel=lambda: False, share=0.0)
+    out = walk(work=10 ** 12)
     assert out.fun == fun - 1.0 and out.strategy == "packing, then segment rebalance"
     assert len(calls) == 5 + 3 * 3  # then three full passes over the new grid's list
     monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)
     memory.clear()
     calls.clear()
-    out = explore(model, grid, fun, np.random.default_rng(0), Effort(10 ** 12), memory,
-                  clock=time.monotonic, cancel=lambda: False, share=0.0)
+    out = walk(work=10 ** 12)
     assert out.fun == fun and len(calls) == 3  # one pass: every candidate failed once
 
 

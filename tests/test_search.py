@@ -335,15 +335,38 @@ def test_under_a_time_limit_the_starts_are_polished_only_while_their_phase_lasts
     assert len(polished) >= len(search._starts(model, orders))
 
 
+def _start_pool(tmp_path, root, cwd, **env) -> str:
+    """Start and close a 2-worker pool in a fresh process that puts ``root`` first on its
+    path, from working directory ``cwd`` (the script lies in ``tmp_path``, so its folder,
+    not ``cwd``, is that process's own first entry), with ``env`` added to this
+    environment less PYTHONPATH and PYTHONSAFEPATH; its output, "<errors> <live workers>"."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "start.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(root)!r})\n"
+        "if __name__ == '__main__':\n"
+        "    from solver.workers import WorkerPool\n"
+        "    pool = WorkerPool(None, 2)\n"
+        "    pool.start()\n"
+        "    print(pool.errors, len(pool.live))\n"
+        "    pool.close()\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")} | env
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
+                         cwd=cwd, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout.strip()
+
+
 def test_worker_processes_run_the_solver_package_their_caller_imported(tmp_path):
     """The forkserver imported ``solver.workers`` from the default module path (Python
     3.11 ignores the caller's sys.path there), so a caller that imported another copy
     of the package had its workers run the installed one. A copy that marks every
     process importing it: the caller and the forkserver both must."""
-    import os
     import shutil
-    import subprocess
-    import sys
     from pathlib import Path
 
     import solver
@@ -356,21 +379,7 @@ def test_worker_processes_run_the_solver_package_their_caller_imported(tmp_path)
                 "    _mark.write(__file__)\n")
     marks = tmp_path / "marks"
     marks.mkdir()
-    script = tmp_path / "start.py"
-    script.write_text(
-        "import sys\n"
-        f"sys.path.insert(0, {str(copy)!r})\n"
-        "if __name__ == '__main__':\n"
-        "    from solver.workers import WorkerPool\n"
-        "    pool = WorkerPool(None, 2)\n"
-        "    pool.start()\n"
-        "    print(pool.errors)\n"
-        "    pool.close()\n")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["MARKS"] = str(marks)
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
-                         cwd=tmp_path, timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+    assert _start_pool(tmp_path, copy, tmp_path, MARKS=str(marks)) == "[] 2"
     files = [p.read_text() for p in marks.iterdir()]
     assert len(files) >= 2 and all(f.startswith(str(copy)) for f in files), files
 
@@ -381,9 +390,6 @@ def test_worker_processes_ignore_a_solver_package_in_the_current_directory(tmp_p
     its own, the workers imported that one and ran its code. Foreign ``solver`` and
     ``multiprocessing`` packages that mark their import, in the caller's working
     directory: no process imports them, and the pool starts whole."""
-    import os
-    import subprocess
-    import sys
     from pathlib import Path
 
     import solver
@@ -393,18 +399,5 @@ def test_worker_processes_ignore_a_solver_package_in_the_current_directory(tmp_p
     for name in ("solver", "multiprocessing"):
         (work / name).mkdir(parents=True)
         (work / name / "__init__.py").write_text(f"open({str(mark)!r}, 'a').write(__file__)\n")
-    script = tmp_path / "start.py"  # its folder, not the working directory, is the caller's first
-    script.write_text(
-        "import sys\n"
-        f"sys.path.insert(0, {str(Path(solver.__file__).parents[1])!r})\n"
-        "if __name__ == '__main__':\n"
-        "    from solver.workers import WorkerPool\n"
-        "    pool = WorkerPool(None, 2)\n"
-        "    pool.start()\n"
-        "    print(pool.errors, len(pool.live))\n"
-        "    pool.close()\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
-                         cwd=work, timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == "[] 2", out.stdout + out.stderr
+    assert _start_pool(tmp_path, Path(solver.__file__).parents[1], work) == "[] 2"
     assert not mark.exists(), mark.read_text()
