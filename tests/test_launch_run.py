@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from geoconsole.launch.plan import LaunchHost, build_plan
-from geoconsole.launch.run import SUPERVISOR, resolve_interfaces, run_plan
+from geoconsole.launch.run import SUPERVISOR, resolve_interfaces, run_plan, supervised_argv
 from solver.fabric import Device
 
 
@@ -78,6 +78,27 @@ def test_stragglers_die_when_the_rank_command_ends():
     out, _ = _finish(proc)
     assert proc.returncode == 0 and "started" in out
     assert _wait_gone(token) == []
+
+
+def test_the_supervisor_ignores_modules_in_its_directory_and_on_pythonpath(tmp_path):
+    """sshd starts the supervisor in the login's home directory: a ``subprocess.py`` or
+    ``signal.py`` there (or on a PYTHONPATH the login sets) must not replace the standard
+    modules it imports, since ``python -c`` puts the current directory first on its path."""
+    shadow, marks = tmp_path / "shadow", tmp_path / "marks"
+    shadow.mkdir()
+    marks.mkdir()
+    for d in (tmp_path, shadow):
+        for mod in ("subprocess", "signal", "threading", "time"):
+            (d / f"{mod}.py").write_text(f"open({str(marks / mod)!r}, 'w').close()\n")
+    plan, _ = _local_plan("print('rank ran')", n=1)
+    env = {**os.environ, "PYTHONPATH": str(shadow)}
+    proc = subprocess.Popen(supervised_argv(plan, plan.processes[0]), cwd=tmp_path, env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    out, err = _finish(proc)
+    assert proc.returncode == 0, err
+    assert out == "rank ran\n" and err.startswith("@@geoconsole-supervisor pid=")
+    assert sorted(p.name for p in marks.iterdir()) == []
 
 
 class _LocalProcess:
@@ -222,7 +243,7 @@ async def test_hosts_with_many_ranks_spread_over_several_connections():
             self.tag = tag
 
         async def start(self, argv):
-            rank = int(argv[4].split("--node-rank=")[1].split()[0])
+            rank = int(argv[-2].split("--node-rank=")[1].split()[0])
             started[rank] = self.tag
             raise OSError("not really starting")
 

@@ -151,9 +151,15 @@ class LaunchResult:
 
 
 def supervised_argv(plan: LaunchPlan, p: Process, grace_s: float = DEFAULT_GRACE_S) -> list[str]:
-    """The argv started over SSH for one rank (the host's Python runs the supervisor)."""
+    """The argv started over SSH for one rank (the host's Python runs the supervisor).
+
+    ``-I`` (isolated mode, Python 3.4+): sshd starts it in the login's home directory,
+    which ``python -c`` would put first on the module path, so a ``signal.py`` there, or
+    a module on the login's ``PYTHONPATH``, would replace the standard modules the
+    supervisor imports. The rank's own command still gets the environment unchanged.
+    """
     python = plan.hosts[p.host].python if p.host in plan.hosts else "python3"
-    return [python, "-u", "-c", SUPERVISOR, p.shell_command(plan.workdir), f"{grace_s:g}"]
+    return [python, "-I", "-u", "-c", SUPERVISOR, p.shell_command(plan.workdir), f"{grace_s:g}"]
 
 
 def default_sink(p: Process, stream: str, line: str) -> None:
