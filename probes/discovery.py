@@ -32,7 +32,13 @@ from typing import Any, Sequence
 from probes.ssh import HostSession, SSHError, SSHPool
 from probes.topo import Topology, TopoError, parse_topo
 
-_VERSIONS_PY = (
+#: ``python -c`` puts the current directory (the login's home) first on the module path,
+#: so a ``json.py`` there would replace the standard module; ``-I``/``-P`` would also drop
+#: the ``PYTHONPATH`` torch may be found on (or need Python 3.11), so the snippets drop
+#: just that entry. ``sys`` is built in and cannot be replaced.
+_NO_CWD = "import sys\nif sys.path[:1] == ['']:\n    del sys.path[0]\n"
+
+_VERSIONS_PY = _NO_CWD + (
     "import json, platform\n"
     "from importlib import metadata\n"
     "def version(name):\n"
@@ -47,7 +53,7 @@ _VERSIONS_PY = (
     "print(json.dumps({'python': platform.python_version(), 'torch': version('torch'), 'nccl': nccl}))\n"
 )
 
-_GCE_PY = (
+_GCE_PY = _NO_CWD + (
     "import urllib.request\n"
     "request = urllib.request.Request('http://169.254.169.254/computeMetadata/v1/instance/zone',"
     " headers={'Metadata-Flavor': 'Google'})\n"

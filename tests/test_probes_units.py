@@ -221,3 +221,19 @@ def test_discovery_script_quotes_inventory_values():
     assert "ip -o route get '10.0.0.1; reboot'" in script
     out = subprocess.run(["sh", "-n", "-c", script], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_discovery_reads_versions_past_a_json_py_in_the_login_directory(tmp_path):
+    """The versions snippet runs as ``python -c`` in the login's home directory, which
+    Python puts first on the module path: a ``json.py`` or ``platform.py`` there must not
+    replace the standard modules (nor run)."""
+    import platform
+    import sys
+
+    for mod in ("json", "platform"):
+        (tmp_path / f"{mod}.py").write_text(f"open({str(tmp_path / (mod + '.ran'))!r}, 'w').close()\n")
+    out = subprocess.run(["sh", "-c", discovery_script(sys.executable, None, None)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    info = parse_discovery(Host(name="t7", address="10.0.0.7"), out.stdout)
+    assert info.python_version == platform.python_version(), out.stdout
+    assert not list(tmp_path.glob("*.ran"))
