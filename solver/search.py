@@ -193,6 +193,19 @@ def _starts(model: CostModel, extra) -> list[tuple[str, np.ndarray]]:
     return starts
 
 
+def _origins(model: CostModel, starts: list[tuple[str, np.ndarray]]) -> tuple[np.ndarray, ...]:
+    """The topology starts as laid out (not polished), lowest Comm first (ties in list
+    order), each once: where origin ladders begin (solver.anytime.origin_ladder). O(S N
+    D_DP) for S starts."""
+    seen, out = set(), []
+    for _, grid in sorted(starts, key=lambda s: model.score_grid(s[1]).comm):
+        g = np.ascontiguousarray(grid)
+        if g.tobytes() not in seen:
+            seen.add(g.tobytes())
+            out.append(g)
+    return tuple(out)
+
+
 class _Run:
     """Book-keeping shared by every phase: best so far, budget, clock, callback."""
 
@@ -353,7 +366,7 @@ def _firsts(run: _Run, workers: int) -> list[tuple[np.ndarray, float]]:
 
 
 def _rounds_plan(run: _Run, model: CostModel, seed: int, patience: int, budget_given: bool,
-                 workers: int) -> Rounds:
+                 workers: int, origins: tuple[np.ndarray, ...] = ()) -> Rounds:
     n2 = model.n * model.n
     left = max(0, run.budget - run.nfev) if budget_given else rounds_budget(model.n, workers)
     if run.deadline is None and not budget_given:  # the default rule: whole tempering walks
@@ -372,7 +385,7 @@ def _rounds_plan(run: _Run, model: CostModel, seed: int, patience: int, budget_g
             left = 1 << 62
     return Rounds(seed=seed, walk_evals=int(walk), patience=patience, budget=int(left),
                   deadline=run.deadline, round_s=round_s,
-                  by_clock=run.deadline is not None and not budget_given)
+                  by_clock=run.deadline is not None and not budget_given, origins=origins)
 
 
 def _rounds_phase(run: _Run, model: CostModel, pool: WorkerPool, plan: Rounds) -> list[str]:
@@ -430,7 +443,7 @@ def solve(
     run = _Run(model, default_budget(model.n) if budget is None else int(budget), time_limit,
                callback, lower_bound)
     rng = np.random.default_rng(seed)
-    _starts(model, seed_orders)  # validates seed_orders before any work
+    origins = _origins(model, _starts(model, seed_orders))  # validates seed_orders first
     run.phase = "enumeration"
     exact_grid, scored = optimal_grid(model, run.should_stop)
     run.nfev += scored
@@ -451,7 +464,7 @@ def solve(
                 run.phase_deadline = None
             starter.join()
             if anytime:
-                plan = _rounds_plan(run, model, seed, restarts, budget is not None, workers)
+                plan = _rounds_plan(run, model, seed, restarts, budget is not None, workers, origins)
                 if budget is None:  # the default budget bounded the starts, not the rounds
                     run.budget = run.nfev + plan.budget
                     if run.status == BUDGET:

@@ -100,6 +100,8 @@ class Rounds:
     deadline: float | None  #: time.monotonic() at which to stop
     round_s: float | None = None  #: with a deadline, most seconds per walk (rounds share the best)
     by_clock: bool = False  #: with a deadline and no budget: tempering walks end by the clock alone
+    #: the topology starts, best first: where origin ladders begin (solver.anytime.origin_ladder)
+    origins: tuple[np.ndarray, ...] = ()
 
 
 def _context():
@@ -182,9 +184,12 @@ def _one_walk(model, index, k, grid, fun, plan: Rounds, stop, on_best, memory: d
         return stop() or (late is not None and clock() >= late)
 
     lineage = anytime.LINEAGE and index == 1 and model.n <= anytime.LINEAGE_MAX_N
+    # each worker takes the origins in turn from its own place in the list
+    turn = index % max(1, len(plan.origins))
     return temper(model, grid, fun, rng, effort, memory, seed=[plan.seed, index], clock=clock,
                   cancel=cancel, on_best=on_best, strategy_prefix=f"worker {index}: ",
-                  explorer=index % 2 == 1 and not lineage, lineage=lineage)
+                  explorer=index % 2 == 1 and not lineage, lineage=lineage,
+                  origins=plan.origins[turn:] + plan.origins[:turn])
 
 
 def _orphan_check(every: int = 256) -> Callable[[], bool]:

@@ -28,6 +28,7 @@ DEAR = Path(__file__).with_name("data") / "dear_h80_10x8_draw3.json"
 RANKED = Path(__file__).with_name("data") / "ranked_h192_8x24_draw3.json"
 TRADED = Path(__file__).with_name("data") / "transfer_h192_8x24_draw4.json"
 PASSED = Path(__file__).with_name("data") / "passes_h48_4x12_draw2.json"
+ORIGINS = Path(__file__).with_name("data") / "origins_h48_4x12_draw9.json"
 
 
 def _recorded(path: Path):
@@ -527,6 +528,7 @@ def test_a_nearly_stalled_elite_restarts_the_ladder_from_it_once(monkeypatch, re
 
     monkeypatch.setattr(anytime, "Ladder", Recorded)
     monkeypatch.setattr(anytime, "RESEED", reseed)
+    monkeypatch.setattr(anytime, "REORIGIN", False)  # what follows a reseed: test_an_elite_that_outlasts_...
     memory = {}
     #: elite handed, and whether a ladder is built from it in that walk
     for elite, new in ((worse, True), (grid, False), (flipped, reseed), (flipped, False), (grid, reseed)):
@@ -541,6 +543,118 @@ def test_a_nearly_stalled_elite_restarts_the_ladder_from_it_once(monkeypatch, re
                 tempering.TAU_HOT * model.score_grid(elite).comm)
     seeds = [ladder.rng_state.tobytes() for _, ladder in built]
     assert len(set(seeds)) == len(seeds)  # each ladder its own stream
+
+
+@pytest.mark.parametrize("given", [2, 0])
+def test_an_elite_that_outlasts_its_reseed_gets_ladders_from_the_origins_in_turn(monkeypatch, given):
+    """Handed the same elite after the walk of the ladder reseeded at it, a tempering
+    worker builds a ladder at the first origin (its own stream, temperatures scaled to
+    the origin's Comm) and takes no elite into it while it gains; once it stalls, the
+    next origin. Without origins, the worker's first grid stands in."""
+    model = _two_regions_datap_light()
+    grid = np.arange(16).reshape(4, 4)
+    flipped = grid[:, ::-1].copy()  # another grid of the same Comm: improved by 0
+    fun = model.score_grid(grid).comm
+    rng = np.random.default_rng(3)
+    origins = tuple(rng.permutation(16).reshape(4, 4) for _ in range(given))
+    built, injected = [], []
+
+    class Recorded(anytime.Ladder):
+        def __init__(self, model, g, rng, *a, **k):
+            super().__init__(model, g, rng, *a, **k)
+            built.append((np.asarray(g).copy(), self))
+
+        def inject(self, g, f):
+            injected.append(np.asarray(g).tobytes())
+            super().inject(g, f)
+
+    monkeypatch.setattr(anytime, "Ladder", Recorded)
+    memory = {}
+
+    def walk(elite, steps=50_000):
+        return temper(model, elite, fun, np.random.default_rng(0), Effort(steps), memory, seed=[0, 2],
+                      clock=time.monotonic, cancel=lambda: False, origins=origins)
+
+    walk(grid)  # the first ladder, at the first grid
+    walk(flipped)  # nearly stalled: reseeded at it
+    assert [len(built), memory["reseeded"]] == [2, flipped.tobytes()] and not memory.get("isolated")
+    walk(flipped)  # stalled after its reseed: the first origin
+    first = origins[0] if given else grid
+    g, ladder = built[-1]
+    assert len(built) == 3 and (g == first).all() and memory["ladder"] is ladder and memory["isolated"]
+    assert ladder.temps.max() == pytest.approx(tempering.TAU_HOT * model.score_grid(first).comm)
+    # it gained (it began far above the elite): it goes on as it is, and takes no elite
+    assert memory["isolated_best"] > (1 + anytime.NEAR_STALL) * ladder.best
+    del injected[:]
+    assert anytime.origin_goes_on(ladder, memory) and memory["isolated_best"] == ladder.best
+    memory["isolated_best"] = ladder.best * 2  # as if the walk that ended had gained
+    walk(flipped, steps=0)
+    assert len(built) == 3 and memory["ladder"] is ladder and memory["isolated"]
+    assert flipped.tobytes() not in injected and grid.tobytes() not in injected
+    # it stalled (no steps at all): the next origin, on its own stream
+    walk(flipped, steps=0)
+    second = origins[1] if given else grid
+    assert len(built) == 4 and (built[-1][0] == second).all() and memory["isolated"]
+    assert memory["origins"] == 2
+    seeds = [ladder.rng_state.tobytes() for _, ladder in built]
+    assert len(set(seeds)) == len(seeds)  # each ladder its own stream
+
+
+def test_origin_ladders_wait_for_a_reseed_and_stop_with_reorigin_off(monkeypatch):
+    """No origin ladder before the elite's reseed has had its walk, none for a
+    lineage's walk, none with REORIGIN off."""
+    model = _two_regions_datap_light()
+    grid = np.arange(16).reshape(4, 4)
+    flipped = grid[:, ::-1].copy()
+    fun = model.score_grid(grid).comm
+    origins = (np.random.default_rng(4).permutation(16).reshape(4, 4),)
+
+    def walks(elites, **kw):
+        memory = {}
+        for elite in elites:
+            temper(model, elite, fun, np.random.default_rng(0), Effort(20_000), memory, seed=[0, 2],
+                   clock=time.monotonic, cancel=lambda: False, origins=origins, **kw)
+        return memory
+
+    assert "origins" not in walks([grid, flipped])  # reseeded, not yet walked on
+    assert walks([grid, flipped, flipped])["origins"] == 1
+    assert "origins" not in walks([grid, flipped, flipped], lineage=True)
+    monkeypatch.setattr(anytime, "REORIGIN", False)
+    assert "origins" not in walks([grid, flipped, flipped, flipped])
+
+
+@pytest.mark.slow
+def test_origin_ladders_leave_a_basin_the_reseeded_ladder_keeps():
+    """The draw-9 4 x 12 suite instance has two layout families, 27.57 s and 28.60 s
+    (module text, "Origin ladders"); from a recorded layout of the upper one, a
+    tempering worker's walks with its reseeded ladder stay there, and with the origin
+    ladders (the instance's topology starts) they reach the lower family."""
+    from solver.orders import seed_orders_for
+    from solver.search import _origins, _starts
+
+    fabric, model, grid = _recorded(ORIGINS)
+    fun = model.score_grid(grid).comm
+    assert fun > 28.5
+    origins = _origins(model, _starts(model, seed_orders_for(fabric)))
+
+    def lowest(reorigin: bool, walks: int = 6) -> tuple[float, list[str]]:
+        anytime.REORIGIN = reorigin
+        memory, elite, best, found = {}, grid, fun, []
+        try:
+            for k in range(walks):
+                w = temper(model, elite, best, np.random.default_rng([0, 0, k]), Effort(12_000_000), memory,
+                           seed=[0, 0], clock=time.monotonic, cancel=lambda: False, origins=origins)
+                assert w.fun == pytest.approx(model.score_grid(w.grid).comm, rel=1e-12)
+                if w.fun < best:
+                    elite, best = w.grid, w.fun
+                    found.append(w.strategy)
+        finally:
+            anytime.REORIGIN = True
+        return best, found
+
+    assert lowest(False)[0] > 28.5
+    best, found = lowest(True)
+    assert best < 28.0 and found[0].startswith("parallel tempering (origin ladder)")
 
 
 @pytest.mark.slow

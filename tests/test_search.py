@@ -335,6 +335,37 @@ def test_under_a_time_limit_the_starts_are_polished_only_while_their_phase_lasts
     assert len(polished) >= len(search._starts(model, orders))
 
 
+def test_origins_are_the_topology_starts_lowest_comm_first_each_once_and_reach_every_worker(monkeypatch):
+    """solve hands the workers its topology starts as laid out, lowest Comm first, each
+    grid once (an extra order equal to another start's gives no second copy); worker w
+    takes them from place w on (solver.anytime.origin_ladder)."""
+    import solver.workers as workers
+
+    rng = np.random.default_rng(5)
+    model = random_model(rng, 4, 6, clustered=True)
+    orders = [rng.permutation(model.n)]
+    orders.append(orders[0].copy())  # the same start twice
+    starts = search._starts(model, orders)
+    origins = search._origins(model, starts)
+    distinct = {np.ascontiguousarray(g).tobytes() for _, g in starts}
+    assert len(origins) == len(distinct) < len(starts)
+    assert {g.tobytes() for g in origins} == distinct
+    comms = [model.score_grid(g).comm for g in origins]
+    assert comms == sorted(comms)
+
+    planned = []
+    monkeypatch.setattr(search, "_rounds_phase", lambda run, model_, pool, plan: planned.append(plan) or [])
+    solve(model, seed=0, seed_orders=orders, workers=1, restarts=1)
+    assert [g.tobytes() for g in planned[0].origins] == [g.tobytes() for g in origins]
+
+    handed = {}
+    monkeypatch.setattr(workers, "temper", lambda *a, **kw: handed.setdefault(kw["seed"][1], kw["origins"]))
+    plan = workers.Rounds(seed=0, walk_evals=1, patience=1, budget=1, deadline=None, origins=origins)
+    for w in range(3):
+        workers._one_walk(model, w, 0, origins[0], 1.0, plan, lambda: False, lambda f: None, {})
+        assert [g.tobytes() for g in handed[w]] == [g.tobytes() for g in origins[w:] + origins[:w]]
+
+
 def _start_pool(tmp_path, root, cwd, **env) -> str:
     """Start and close a 2-worker pool in a fresh process that puts ``root`` first on its
     path, from working directory ``cwd`` (the script lies in ``tmp_path``, so its folder,
