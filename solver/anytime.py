@@ -207,39 +207,39 @@ buys (EXPLORE_PAIR_SWAPS), and the search stopped before any list ran out.
 Origin ladders (REORIGIN, ``origin_ladder``): a tempering worker that is not a lineage's,
 handed the same elite again after the walk of the ladder it reseeded there (RESEED),
 starts a ladder at a topology start as laid out (solver.search hands them over, lowest
-Comm first; worker w begins at place w of that list, then takes the next), every chain
-at it, temperatures scaled to its Comm, on a stream of its own. No elite enters that ladder
+Comm first; worker w begins at place w of that list, then takes the next), every chain at
+it, temperatures scaled to its Comm, on a stream of its own. No elite enters that ladder
 while a walk lowers its best by NEAR_STALL of it or more; once a walk does not, the
-worker's ladder takes the elite again, and if the elite is still the same the next
-start follows. The family a ladder settles in is set by where it begins. The draw-9
-48-GPU 4 x 12 suite instance has two, 27.57 s (DataP 9.1 s, Pipeline 18.5 s: region-pure
-first group, zones in pipeline order) and 28.60 s (19.5 / 9.1 s: one group mixes
-regions). Ladders of 600 000 steps (24 chains) from its ten topology starts as laid
-out, six streams each, ended in the lower family from the two stage-groups-local starts
-of the clustering and order-1 orders (the two lowest, 39.9-40.1 s) on 11 of 12 streams,
-from the other eight on none of 48; from random layouts of 1 000 000 steps, 16 of 16
-in the upper (and 8 of 8 with the hottest rung at 4% or 20%). In a 10 s run (seed 5)
-worker 0's ladder, from the best descended start (35.39 s), settled in the upper family
-in its first round, the lineage too (28.61 s from a random layout); the reseed at 28.596
-s found nothing, worker 1 explored that layout in three passes for rounds 3-7, and the
-run ended there. Measured in one session at ``--time-limit 10``, 2 workers, mean Comm
-without -> with: draw-9 4 x 12 seeds 0-9 27.980 -> 27.579 s (3 seeds -> none in the upper
-family; worst 28.596 -> 27.638 s), draw-9 12 x 8 seeds 0-9 47.159 -> 46.837 s; seeds 0-4,
-within noise: 8 x 24 draw 0 36.693 -> 36.446 s, draw 5 36.161 -> 36.325 s, draw 9 52.099
--> 52.229 s; 10 x 8 draw 5 25.241 -> 25.245 s, 8 x 8 draw 5 44.627 -> 44.657 s, 6 x 6
-draw 5 33.218 -> 33.223 s. An experimental build (origins from the labels and clustering
-orders alone; an 8 x 24 explorer at the same place as worker 0), seeds 0-4: 16 x 4 draw 0
-34.356 -> 34.361 s, 10 x 8 draw 3 41.013 -> 41.188 s and draw 1 30.892 -> 30.916 s, 12 x
-8 draw 1 39.338 -> 39.130 s, 8 x 8 draw 1 19.900 -> 19.904 s, 4 x 12 draw 2 31.011 ->
-31.013 s, 8 x 24 draw 3 37.350 -> 38.138 s (35.76-39.19 s either way, and 37.88 against
-38.08 s in a second run of both). A build that restarted from the worker's own first
-grid, no other start, left one seed of ten of draw-9 4 x 12 in the upper family: its
-first grid (a 34.20 s start) led three origin ladders in a row there. Where the elite is
-at the best known the ladders cost nothing; where the reseeded ladder would have found a
-little more, they cost it. The default stop rule (seed 0) gave the same answers on seven
-suite instances of draws 0, 1, 2 and 9 (draw-9 4 x 12 at 28.596 s both ways: three rounds
-without a gain end it before an origin ladder crosses) and 0.02-0.03% higher ones on
-draw-0 8 x 8 (23.950 -> 23.954 s) and 8 x 24 (36.459 -> 36.469 s).
+worker's ladder takes the elite again, and if the elite is still the same the next start
+follows. The family a ladder settles in is set by where it begins. The draw-9 48-GPU 4 x
+12 suite instance has two, 27.57 s (DataP 9.1 s, Pipeline 18.5 s: region-pure first
+group, zones in pipeline order) and 28.60 s (19.5 / 9.1 s: one group mixes regions).
+Ladders of 600 000 steps (24 chains) from its ten topology starts as laid out, six
+streams each, ended in the lower family from the two stage-groups-local starts of the
+clustering and order-1 orders (the two lowest, 39.9-40.1 s) on 11 of 12 streams, from the
+other eight on none of 48; from random layouts of 1 000 000 steps, 16 of 16 in the upper
+(and 8 of 8 with the hottest rung at 4% or 20%). In a 10 s run (seed 5) worker 0's
+ladder, from the best descended start (35.39 s), settled in the upper family in its first
+round, the lineage too (28.61 s from a random layout); the reseed at 28.596 s found
+nothing, worker 1 explored that layout in three passes for rounds 3-7, and the run ended
+there. Measured in one session at ``--time-limit 10``, 2 workers, mean Comm without ->
+with: draw-9 4 x 12 seeds 0-9 27.980 -> 27.579 s (3 seeds -> none in the upper family;
+worst 28.596 -> 27.638 s), draw-9 12 x 8 seeds 0-9 47.159 -> 46.837 s; seeds 0-4, within
+noise: 8 x 24 draw 0 36.693 -> 36.446 s, draw 5 36.161 -> 36.325 s, draw 9 52.099 ->
+52.229 s; 10 x 8 draw 5 25.241 -> 25.245 s, 8 x 8 draw 5 44.627 -> 44.657 s, 6 x 6 draw 5
+33.218 -> 33.223 s. An experimental build (origins from the labels and clustering orders
+alone; an 8 x 24 explorer at the same place as worker 0), seeds 0-4: 16 x 4 draw 0 34.356
+-> 34.361 s, 10 x 8 draw 3 41.013 -> 41.188 s and draw 1 30.892 -> 30.916 s, 12 x 8 draw
+1 39.338 -> 39.130 s, 8 x 8 draw 1 19.900 -> 19.904 s, 4 x 12 draw 2 31.011 -> 31.013 s,
+8 x 24 draw 3 37.350 -> 38.138 s (35.76-39.19 s either way; a second run of both: 38.08
+-> 37.88 s). A build that restarted from the worker's own first grid, no other start,
+left one seed of ten of draw-9 4 x 12 in the upper family: its first grid (a 34.20 s
+start) led three origin ladders in a row there. Where the elite is at the best known the
+ladders cost nothing; where the reseeded ladder would have found a little more, they cost
+it. The default stop rule (seed 0) gave the same answers on seven suite instances of
+draws 0, 1, 2 and 9 (draw-9 4 x 12 at 28.596 s both ways: three rounds without a gain end
+it before an origin ladder crosses) and 0.02-0.03% higher ones on draw-0 8 x 8 (23.950 ->
+23.954 s) and 8 x 24 (36.459 -> 36.469 s).
 
 Cost: the ladder's steps (O(K D_DP) each, solver.tempering), then one descent
 of at most DESCENT_SWEEPS local-search sweeps (O(N^2 D_DP) array work each) and
@@ -409,8 +409,9 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     walk gained (``lineage_ladder`` judges a stall only on a walk that follows one). A
     worker that is not a lineage's, handed an elite that stayed as it was after its
     reseeded ladder had a walk on it, starts an origin ladder (``origin_ladder``,
-    REORIGIN) from the next of ``origins`` (the topology starts, best first; the worker's
-    first grid when none are given), which takes no elite until it stalls."""
+    REORIGIN) from the next of ``origins`` (the topology starts, lowest Comm first, turned
+    to begin at the worker's place: solver.workers; the worker's first grid when none are
+    given), which takes no elite until it stalls."""
     start_nfev, start_nit = effort.nfev, effort.nit
     strategy, trace = "", []
     stalled = memory.get("elite") == grid.tobytes()  # no walk improved it last round

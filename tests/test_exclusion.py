@@ -549,15 +549,20 @@ def test_a_nearly_stalled_elite_restarts_the_ladder_from_it_once(monkeypatch, re
 def test_an_elite_that_outlasts_its_reseed_gets_ladders_from_the_origins_in_turn(monkeypatch, given):
     """Handed the same elite after the walk of the ladder reseeded at it, a tempering
     worker builds a ladder at the first origin (its own stream, temperatures scaled to
-    the origin's Comm) and takes no elite into it while it gains; once it stalls, the
-    next origin. Without origins, the worker's first grid stands in."""
+    the origin's Comm) and takes no elite into it while it gains, where a ladder above
+    the elite otherwise takes it; once it stalls, the next origin. Without origins, the
+    worker's first grid stands in. The ladders take no steps and the walks end before
+    their closing, so only the bookkeeping decides."""
     model = _two_regions_datap_light()
     grid = np.arange(16).reshape(4, 4)
+    worse = grid.T.copy()
     flipped = grid[:, ::-1].copy()  # another grid of the same Comm: improved by 0
     fun = model.score_grid(grid).comm
+    assert model.score_grid(worse).comm > (1 + 2 * anytime.NEAR_STALL) * fun
     rng = np.random.default_rng(3)
     origins = tuple(rng.permutation(16).reshape(4, 4) for _ in range(given))
-    built, injected = [], []
+    built, elites_in = [], []
+    running = [False]
 
     class Recorded(anytime.Ladder):
         def __init__(self, model, g, rng, *a, **k):
@@ -565,39 +570,48 @@ def test_an_elite_that_outlasts_its_reseed_gets_ladders_from_the_origins_in_turn
             built.append((np.asarray(g).copy(), self))
 
         def inject(self, g, f):
-            injected.append(np.asarray(g).tobytes())
+            if not running[0]:  # before the walk's ladder ran: the elite handed in
+                elites_in.append(np.asarray(g).tobytes())
             super().inject(g, f)
+
+        def run(self, steps, stop=lambda: False, on_best=lambda f: None):
+            running[0] = True
+            return 0
 
     monkeypatch.setattr(anytime, "Ladder", Recorded)
     memory = {}
 
-    def walk(elite, steps=50_000):
-        return temper(model, elite, fun, np.random.default_rng(0), Effort(steps), memory, seed=[0, 2],
-                      clock=time.monotonic, cancel=lambda: False, origins=origins)
+    def walk(elite):
+        running[0] = False
+        del elites_in[:]
+        temper(model, elite, model.score_grid(elite).comm, np.random.default_rng(0), Effort(50_000), memory,
+               seed=[0, 2], clock=time.monotonic, cancel=lambda: True, origins=origins)
 
-    walk(grid)  # the first ladder, at the first grid
+    walk(worse)  # the first ladder, at the first grid
+    walk(grid)  # better by far: into the ladder
+    assert len(built) == 1 and elites_in == [grid.tobytes()]
     walk(flipped)  # nearly stalled: reseeded at it
     assert [len(built), memory["reseeded"]] == [2, flipped.tobytes()] and not memory.get("isolated")
     walk(flipped)  # stalled after its reseed: the first origin
-    first = origins[0] if given else grid
+    first = origins[0] if given else worse
     g, ladder = built[-1]
     assert len(built) == 3 and (g == first).all() and memory["ladder"] is ladder and memory["isolated"]
     assert ladder.temps.max() == pytest.approx(tempering.TAU_HOT * model.score_grid(first).comm)
-    # it gained (it began far above the elite): it goes on as it is, and takes no elite
-    assert memory["isolated_best"] > (1 + anytime.NEAR_STALL) * ladder.best
-    del injected[:]
-    assert anytime.origin_goes_on(ladder, memory) and memory["isolated_best"] == ladder.best
-    memory["isolated_best"] = ladder.best * 2  # as if the walk that ended had gained
-    walk(flipped, steps=0)
-    assert len(built) == 3 and memory["ladder"] is ladder and memory["isolated"]
-    assert flipped.tobytes() not in injected and grid.tobytes() not in injected
-    # it stalled (no steps at all): the next origin, on its own stream
-    walk(flipped, steps=0)
-    second = origins[1] if given else grid
+    assert ladder.best > (1 + 2 * anytime.NEAR_STALL) * fun  # without isolation it would take the elite
+    memory["isolated_best"] = ladder.best * 2  # as if its walk had halved its best
+    walk(flipped)  # it gained: it goes on as it is, and takes no elite
+    assert len(built) == 3 and memory["ladder"] is ladder and memory["isolated"] and elites_in == []
+    walk(flipped)  # no gain: the next origin, on its own stream
+    second = origins[1] if given else worse
     assert len(built) == 4 and (built[-1][0] == second).all() and memory["isolated"]
-    assert memory["origins"] == 2
+    assert memory["origins"] == 2 and elites_in == []
     seeds = [ladder.rng_state.tobytes() for _, ladder in built]
     assert len(set(seeds)) == len(seeds)  # each ladder its own stream
+    memory["isolated_best"] = built[-1][1].best * 2
+    walk(grid)  # a new elite while it gains: still kept out
+    assert len(built) == 4 and elites_in == []
+    walk(grid)  # the origin ladder stalled, the elite too: a ladder restart at the elite
+    assert not memory["isolated"] and len(built) == 5 and (built[-1][0] == grid).all()
 
 
 def test_origin_ladders_wait_for_a_reseed_and_stop_with_reorigin_off(monkeypatch):
@@ -624,7 +638,7 @@ def test_origin_ladders_wait_for_a_reseed_and_stop_with_reorigin_off(monkeypatch
 
 
 @pytest.mark.slow
-def test_origin_ladders_leave_a_basin_the_reseeded_ladder_keeps():
+def test_origin_ladders_leave_a_basin_the_reseeded_ladder_keeps(monkeypatch):
     """The draw-9 4 x 12 suite instance has two layout families, 27.57 s and 28.60 s
     (module text, "Origin ladders"); from a recorded layout of the upper one, a
     tempering worker's walks with its reseeded ladder stay there, and with the origin
@@ -638,18 +652,15 @@ def test_origin_ladders_leave_a_basin_the_reseeded_ladder_keeps():
     origins = _origins(model, _starts(model, seed_orders_for(fabric)))
 
     def lowest(reorigin: bool, walks: int = 6) -> tuple[float, list[str]]:
-        anytime.REORIGIN = reorigin
+        monkeypatch.setattr(anytime, "REORIGIN", reorigin)
         memory, elite, best, found = {}, grid, fun, []
-        try:
-            for k in range(walks):
-                w = temper(model, elite, best, np.random.default_rng([0, 0, k]), Effort(12_000_000), memory,
-                           seed=[0, 0], clock=time.monotonic, cancel=lambda: False, origins=origins)
-                assert w.fun == pytest.approx(model.score_grid(w.grid).comm, rel=1e-12)
-                if w.fun < best:
-                    elite, best = w.grid, w.fun
-                    found.append(w.strategy)
-        finally:
-            anytime.REORIGIN = True
+        for k in range(walks):
+            w = temper(model, elite, best, np.random.default_rng([0, 0, k]), Effort(12_000_000), memory,
+                       seed=[0, 0], clock=time.monotonic, cancel=lambda: False, origins=origins)
+            assert w.fun == pytest.approx(model.score_grid(w.grid).comm, rel=1e-12)
+            if w.fun < best:
+                elite, best = w.grid, w.fun
+                found.append(w.strategy)
         return best, found
 
     assert lowest(False)[0] > 28.5

@@ -90,7 +90,8 @@ def test_the_supervisor_ignores_modules_in_its_directory_and_on_pythonpath(tmp_p
     for d in (tmp_path, shadow):
         for mod in ("subprocess", "signal", "threading", "time"):
             (d / f"{mod}.py").write_text(f"open({str(marks / mod)!r}, 'w').close()\n")
-    plan, _ = _local_plan("print('rank ran')", n=1)
+    host = LaunchHost("l0", "127.0.0.1", python=sys.executable)
+    plan = build_plan([0], [Device("l0")], [host], ["/bin/echo", "rank ran"], mode="env")  # no Python in the rank
     env = {**os.environ, "PYTHONPATH": str(shadow)}
     proc = subprocess.Popen(supervised_argv(plan, plan.processes[0]), cwd=tmp_path, env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -338,7 +338,8 @@ def test_under_a_time_limit_the_starts_are_polished_only_while_their_phase_lasts
 def test_origins_are_the_topology_starts_lowest_comm_first_each_once_and_reach_every_worker(monkeypatch):
     """solve hands the workers its topology starts as laid out, lowest Comm first, each
     grid once (an extra order equal to another start's gives no second copy); worker w
-    takes them from place w on (solver.anytime.origin_ladder)."""
+    gets them turned to begin at place w (solver.workers._one_walk), for its origin
+    ladders (solver.anytime.origin_ladder)."""
     import solver.workers as workers
 
     rng = np.random.default_rng(5)
