@@ -507,18 +507,26 @@ def test_a_nearly_stalled_elite_gets_its_best_kicks_and_a_stalled_one_the_rest(m
     assert memory["kicked"] == (anytime.explore_key(flipped, memory), exclusion.KICKS)
 
 
+def _elites():
+    """The two-region model, its pipelines-local grid and that grid's Comm, a grid worse
+    by more than twice NEAR_STALL (its transpose), and one of the same Comm (columns
+    reversed: an elite "improved by 0")."""
+    model = _two_regions_datap_light()
+    grid = np.arange(16).reshape(4, 4)
+    worse = grid.T.copy()
+    flipped = grid[:, ::-1].copy()
+    fun = model.score_grid(grid).comm
+    assert model.score_grid(worse).comm > (1 + 2 * anytime.NEAR_STALL) * fun
+    assert model.score_grid(flipped).comm == pytest.approx(fun)
+    return model, grid, fun, worse, flipped
+
+
 @pytest.mark.parametrize("reseed", [True, False])
 def test_a_nearly_stalled_elite_restarts_the_ladder_from_it_once(monkeypatch, reseed):
     """A tempering worker's ladder is rebuilt from the elite (every chain at it,
     temperatures scaled to its Comm) when the last round improved it by less than
     NEAR_STALL, once per elite; an elite that improved by more keeps the ladder."""
-    model = _two_regions_datap_light()
-    grid = np.arange(16).reshape(4, 4)
-    worse = grid.T.copy()
-    flipped = grid[:, ::-1].copy()  # another grid of the same Comm: improved by 0
-    fun = model.score_grid(grid).comm
-    assert model.score_grid(worse).comm > (1 + 2 * anytime.NEAR_STALL) * fun
-    assert model.score_grid(flipped).comm == pytest.approx(fun)
+    model, grid, fun, worse, flipped = _elites()
     built = []
 
     class Recorded(anytime.Ladder):
@@ -553,12 +561,7 @@ def test_an_elite_that_outlasts_its_reseed_gets_ladders_from_the_origins_in_turn
     the elite otherwise takes it; once it stalls, the next origin. Without origins, the
     worker's first grid stands in. The ladders take no steps and the walks end before
     their closing, so only the bookkeeping decides."""
-    model = _two_regions_datap_light()
-    grid = np.arange(16).reshape(4, 4)
-    worse = grid.T.copy()
-    flipped = grid[:, ::-1].copy()  # another grid of the same Comm: improved by 0
-    fun = model.score_grid(grid).comm
-    assert model.score_grid(worse).comm > (1 + 2 * anytime.NEAR_STALL) * fun
+    model, grid, fun, worse, flipped = _elites()
     rng = np.random.default_rng(3)
     origins = tuple(rng.permutation(16).reshape(4, 4) for _ in range(given))
     built, elites_in = [], []
@@ -617,10 +620,7 @@ def test_an_elite_that_outlasts_its_reseed_gets_ladders_from_the_origins_in_turn
 def test_origin_ladders_wait_for_a_reseed_and_stop_with_reorigin_off(monkeypatch):
     """No origin ladder before the elite's reseed has had its walk, none for a
     lineage's walk, none with REORIGIN off."""
-    model = _two_regions_datap_light()
-    grid = np.arange(16).reshape(4, 4)
-    flipped = grid[:, ::-1].copy()
-    fun = model.score_grid(grid).comm
+    model, grid, fun, _, flipped = _elites()
     origins = (np.random.default_rng(4).permutation(16).reshape(4, 4),)
 
     def walks(elites, **kw):
