@@ -435,7 +435,8 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
             # every candidate of its grid failed and the walk has time left: temper on
             grid, fun, strategy, trace = walk.grid, walk.fun, walk.strategy, list(walk.trace)
     ladder = memory.get("ladder")
-    memory.setdefault("first", grid.copy())
+    if "first" not in memory:  # the origin when none are given (origin_ladder)
+        memory["first"] = grid.copy()
     # an origin ladder goes on, away from the elite, until it stalls (REORIGIN)
     isolated = not lineage and origin_goes_on(ladder, memory)
     # a nearly stalled elite: every chain restarts at it, temperatures scaled to its Comm

@@ -197,13 +197,11 @@ def _origins(model: CostModel, starts: list[tuple[str, np.ndarray]]) -> tuple[np
     """The topology starts as laid out (not polished), lowest Comm first (ties in list
     order), each once: where origin ladders begin (solver.anytime.origin_ladder). O(S N
     D_DP) for S starts."""
-    seen, out = set(), []
+    unique: dict[bytes, np.ndarray] = {}
     for _, grid in sorted(starts, key=lambda s: model.score_grid(s[1]).comm):
         g = np.ascontiguousarray(grid)
-        if g.tobytes() not in seen:
-            seen.add(g.tobytes())
-            out.append(g)
-    return tuple(out)
+        unique.setdefault(g.tobytes(), g)
+    return tuple(unique.values())
 
 
 class _Run:
