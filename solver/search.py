@@ -99,7 +99,7 @@ _MESSAGES = {
     CONVERGED: "search converged (no round improved the best {patience} times in a row)",
     BUDGET: "evaluation budget used up",
     TIME_LIMIT: "time limit reached; best placement so far",
-    CANCELLED: "cancelled by the caller; best placement so far",
+    CANCELLED: "cancelled (Ctrl-C, SIGTERM or the console's Cancel); best placement so far",
 }
 OPTIMAL_BY_BOUND = "optimal: Comm equals the lower bound"
 
@@ -202,6 +202,10 @@ def _origins(model: CostModel, starts: list[tuple[str, np.ndarray]]) -> tuple[np
         g = np.ascontiguousarray(grid)
         unique.setdefault(g.tobytes(), g)
     return tuple(unique.values())
+
+
+#: Seconds between two tests for a cancel while the worker processes start.
+POLL_START_S = 0.05
 
 
 class _Run:
@@ -446,6 +450,7 @@ def solve(
     exact_grid, scored = optimal_grid(model, run.should_stop)
     run.nfev += scored
     errors: list[str] = []
+    notes: list[str] = []
     if exact_grid is not None:
         run.offer(exact_grid, model.score_grid(exact_grid).comm, "enumeration")
         run.status = OPTIMAL
@@ -453,14 +458,20 @@ def solve(
         anytime = restarts > 0 or time_limit is not None
         pool = WorkerPool(model, workers if anytime else 1)
         # processes start (forkserver, imports) while this one descends the starts
-        starter = threading.Thread(target=pool.start, name="solver-pool-start", daemon=True)
+        abandon = threading.Event()  # set: start no more worker processes
+        starter = threading.Thread(target=pool.start, kwargs=dict(deadline=run.deadline, abandon=abandon.is_set),
+                                   name="solver-pool-start", daemon=True)
         starter.start()
         try:
             try:
                 _starts_phase(run, model, rng, seed_orders)
             finally:
                 run.phase_deadline = None
-            starter.join()
+            while starter.is_alive():  # a cancel or the deadline ends the start (WorkerPool.start)
+                if run.should_stop():
+                    abandon.set()
+                starter.join(POLL_START_S)
+            notes = pool.notes
             if anytime:
                 plan = _rounds_plan(run, model, seed, restarts, budget is not None, workers, origins)
                 if budget is None:  # the default budget bounded the starts, not the rounds
@@ -469,13 +480,14 @@ def solve(
                         run.status = CONVERGED
                 errors = _rounds_phase(run, model, pool, plan)
         finally:
+            abandon.set()
             starter.join()
             pool.close()
-    return _result(run, model, seed, restarts, workers, errors)
+    return _result(run, model, seed, restarts, workers, errors, notes)
 
 
 def _result(run: _Run, model: CostModel, seed: int, restarts: int, workers: int,
-            errors: list[str]) -> PlacementResult:
+            errors: list[str], notes: Sequence[str] = ()) -> PlacementResult:
     score = model.score_grid(run.best)
     run.phase = "done"
     if run.status != CANCELLED:  # a cancelling callback is not called again
@@ -487,6 +499,8 @@ def _result(run: _Run, model: CostModel, seed: int, restarts: int, workers: int,
         message = OPTIMAL_BY_BOUND
     if errors:
         message += f"; {len(errors)} worker(s) lost: " + "; ".join(errors)
+    for note in notes:
+        message += f"; {note}"
     if run.restart and native.kernel() is None:
         message += f"; tempering stepped in numpy, about 20x slower ({native.why_not()})"
     return PlacementResult(

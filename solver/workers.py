@@ -141,6 +141,14 @@ def _start_helpers(ctx) -> None:
     except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
         valid = False
     saved = {name: os.environ.get(name) for name in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    # Ctrl-C reaches the whole process group: the forkserver still importing its preload,
+    # or a worker starting up, printed a KeyboardInterrupt traceback. The forkserver is
+    # started with SIGINT blocked in this thread, a mask it keeps (fork and exec keep it)
+    # and hands to the workers it forks; the caller decides how to stop. (The resource
+    # tracker blocks and then unblocks SIGINT itself around its own start, so the mask is
+    # set after it.)
+    masked = hasattr(signal, "pthread_sigmask")
+    blocked = None
     try:
         if not valid and sys.__stderr__ is not None:
             sys.stderr = sys.__stderr__
@@ -152,8 +160,12 @@ def _start_helpers(ctx) -> None:
             root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
             path = saved["PYTHONPATH"]
             os.environ["PYTHONPATH"] = os.pathsep.join([root, path] if path else [root])
+            if masked:
+                blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             forkserver.ensure_running()
     finally:
+        if blocked is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         sys.stderr = captured
         for name, value in saved.items():
             if value is None:
@@ -248,28 +260,40 @@ class WorkerPool:
         self.conns: list = []
         self.live: list[int] = []
         self.errors: list[str] = []
+        self.notes: list[str] = []  #: how the start went short (``start``), not losses
         self.stop_event = None
         self.memory: dict = {}  # the in-process walks' memory (workers == 1)
 
-    def start(self) -> None:
+    def start(self, deadline: float | None = None, abandon: Callable[[], bool] = lambda: False) -> None:
         """Start the worker processes (none for one worker); may run in a helper thread.
 
         If processes cannot be started, the walks run in this process and ``errors``
-        says why."""
+        says why. Starting stops at ``deadline`` (``time.monotonic()``) or once
+        ``abandon()``: a process takes tens of milliseconds to start, so many more
+        workers than cores (``--workers 256`` on 2 cores: 18 s) would otherwise overrun a
+        time limit, and a cancel would wait for them all; the rounds then use those
+        started, and ``errors`` says how many."""
         try:
-            self._start()
+            self._start(deadline, abandon)
         except (OSError, RuntimeError, ValueError) as exc:
             self.close()
             self.errors.append(f"worker processes could not start ({exc}); searched in-process")
             self.workers = 1
 
-    def _start(self) -> None:
+    def _start(self, deadline: float | None, abandon: Callable[[], bool]) -> None:
         no_kernel = None if native.kernel() is not None else native.why_not()  # built once, here
         if self.workers > 1:
             ctx = _context()
             _start_helpers(ctx)
             self.stop_event = ctx.Event()
             for w in range(self.workers):
+                late = deadline is not None and time.monotonic() >= deadline
+                why = "the time limit" if late else "the stop" if abandon() else None
+                if w >= 2 and why is not None:
+                    self.notes.append(f"{w} of {self.workers} worker processes started before {why}; "
+                                      "the search used those")
+                    self.workers = w
+                    break
                 parent, child = ctx.Pipe()
                 proc = ctx.Process(target=_worker_main, args=(child, self.stop_event, self.model, w, no_kernel),
                                    daemon=True, name=f"geoconsole-solver-{w}")

@@ -433,3 +433,44 @@ def test_worker_processes_ignore_a_solver_package_in_the_current_directory(tmp_p
         (work / name / "__init__.py").write_text(f"open({str(mark)!r}, 'a').write(__file__)\n")
     assert _start_pool(tmp_path, Path(solver.__file__).parents[1], work) == "[] 2"
     assert not mark.exists(), mark.read_text()
+
+
+def test_worker_processes_start_with_ctrl_c_blocked():
+    """Ctrl-C reaches the whole process group: the forkserver importing its preload, or a
+    worker starting up, printed KeyboardInterrupt tracebacks. Both start with SIGINT
+    blocked (the caller decides how to stop)."""
+    import signal
+
+    from solver.workers import WorkerPool
+
+    pool = WorkerPool(_geo_model(), 2)
+    pool.start()
+    try:
+        assert len(pool.procs) == 2 and not pool.errors
+        for proc in pool.procs:
+            with open(f"/proc/{proc.pid}/status") as status:
+                blocked = int(next(x for x in status if x.startswith("SigBlk:")).split()[1], 16)
+            assert blocked & (1 << (signal.SIGINT - 1)), proc.name
+        assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # ours is as it was
+    finally:
+        pool.close()
+
+
+def test_starting_workers_stops_at_the_deadline_or_a_cancel():
+    """--workers 256 on 2 cores took 18 s to start for a 1 s limit: starting stops at the
+    deadline (or a cancel) after the first two, and says how many started."""
+    import time
+
+    from solver.workers import WorkerPool
+
+    for kwargs, why in [(dict(deadline=time.monotonic() - 1.0), "the time limit"),
+                        (dict(abandon=lambda: True), "the stop")]:
+        pool = WorkerPool(_geo_model(), 64)
+        pool.start(**kwargs)
+        try:
+            assert len(pool.procs) == pool.workers == 2 and pool.live == [0, 1]
+            assert pool.notes == [f"2 of 64 worker processes started before {why}; the search used those"]
+        finally:
+            pool.close()
+    result = solve(_geo_model(), seed=0, workers=64, time_limit=0.05)
+    assert result.status == TIME_LIMIT and "worker processes started before the time limit" in result.message
