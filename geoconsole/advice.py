@@ -240,13 +240,27 @@ def seed_spread(comms: Mapping[int, float]) -> list[Advice]:
 
 def rerun_seeds(model: Any, seeds: Sequence[int], *, budget: int | None, restarts: int,
                 seed_orders: Sequence[Sequence[int]] | None = None,
-                time_limit: float | None = None) -> dict[int, float]:
+                time_limit: float | None = None, workers: int | None = None,
+                should_stop: Callable[[], bool] = lambda: False) -> dict[int, float]:
     """Comm of a search per seed, with the solve's own options (no baselines): the cost
-    is one search per seed."""
-    from solver.search import solve
+    is one search per seed. Once ``should_stop()`` (Ctrl-C), the search under way ends
+    and no other starts: the seeds searched to the end are returned."""
+    from solver.search import CANCELLED, solve
 
-    return {s: float(solve(model, seed=s, budget=budget, restarts=restarts, time_limit=time_limit,
-                           seed_orders=seed_orders).fun) for s in seeds}
+    def check(_progress: Any) -> None:
+        if should_stop():
+            raise StopIteration
+
+    out = {}
+    for s in seeds:
+        if should_stop():
+            break
+        result = solve(model, seed=s, budget=budget, restarts=restarts, time_limit=time_limit,
+                       seed_orders=seed_orders, workers=workers, callback=check)
+        if result.status == CANCELLED:
+            break
+        out[s] = float(result.fun)
+    return out
 
 
 def validated_seeds(placements: Sequence[Any]) -> dict[int, float]:

@@ -1,6 +1,7 @@
 """Reading a rank map given by the operator: one reader for score, launch, export, validate.
 
-Accepted: ``rank_map=(...)`` (solve's text output, anywhere in the text), a JSON list of
+Accepted: ``rank_map=(...)`` (solve's text output; one at the start of a line is taken
+before one elsewhere, and two different ones are refused), a JSON list of
 ranks, solve's ``--json`` document, or plain ``"0,1,2,..."``; each either inline or in a
 file. A ``--json`` document that selected a subset of the fabric's devices
 (``selection.rows``) applies to those rows: :func:`solution_for` narrows the fabric.
@@ -15,6 +16,7 @@ from typing import Any
 from geoconsole.errors import InputError
 
 _RANK_MAP_TEXT = re.compile(r"rank_map=\(([^)]*)\)")
+_RANK_MAP_LINE = re.compile(r"^[ \t]*rank_map=\(([^)]*)\)", re.MULTILINE)
 _INLINE = re.compile(r"[\d,\s]+")
 #: Largest rank map accepted (a fabric this large would not fit in memory anyway).
 MAX_RANKS = 1_000_000
@@ -40,8 +42,13 @@ def _ranks(items: list[Any], source: str) -> list[int]:
 def parse_rank_map(text: str, source: str) -> tuple[list[int], Any]:
     """``(ranks, document or None)`` from any accepted form (InputError naming ``source``)."""
     text = text.strip()
-    found = _RANK_MAP_TEXT.search(text)
+    # solve prints its rank_map=(...) at the start of a line: those come first
+    found = _RANK_MAP_LINE.search(text) or _RANK_MAP_TEXT.search(text)
     expected = f"{source}: expected rank_map=(...), a JSON list of ranks, or solve --json output"
+    pattern = _RANK_MAP_LINE if _RANK_MAP_LINE.search(text) else _RANK_MAP_TEXT
+    maps = {" ".join(m.group(1).replace(",", " ").split()) for m in pattern.finditer(text)}
+    if len(maps) > 1:  # which one was meant? (solve prints one)
+        raise InputError(f"{source}: holds {len(maps)} different rank_map=(...) lines; keep the one to use")
     if found:
         parts = found.group(1).replace(",", " ").split()
         if not all(p.isascii() and p.isdigit() and len(p) <= 9 for p in parts):

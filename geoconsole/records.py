@@ -16,7 +16,7 @@ import json
 import os
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import Any, Sequence
 
 
 
@@ -31,14 +31,46 @@ def now_utc() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def append_record(path: str | os.PathLike[str], record: dict[str, Any]) -> dict[str, Any]:
+#: Most bytes of a record file's first line read to tell that it holds records.
+FIRST_LINE_MAX = 64 << 20
+
+
+def check_record_path(path: str | os.PathLike[str], inputs: Sequence[tuple[str, Any]] = ()) -> None:
+    """FileError (one line naming the file) unless run records can be appended to ``path``.
+
+    Refused: one of the command's ``inputs`` (``(name, path)`` pairs, e.g. the
+    ``--matrix``), a missing folder, a folder, FIFO or device, and an existing file that
+    does not hold run records (its first line is not a JSON object): appending would
+    damage a fabric, a script or someone's notes. Commands call it before their work, so
+    a bad ``--record`` fails at once, not after a search; ``append_record`` checks again.
+    """
+    from solver.files import FileError, check_not_input, write_target
+
+    check_not_input(path, inputs)
+    real, st = write_target(path)
+    if st is None or st.st_size == 0:
+        return
+    try:
+        with open(real, "rb") as handle:
+            first = handle.readline(FIRST_LINE_MAX)
+    except OSError as exc:
+        raise FileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    # an unterminated first line that starts as a record is a cut-short first append
+    if not first.lstrip().startswith(b"{") or (first.endswith(b"\n") and _torn(first)):
+        raise FileError(f"{path}: is not a run-record file (its first line is not a JSON record); "
+                        "name a new file or one that --record wrote")
+
+
+def append_record(path: str | os.PathLike[str], record: dict[str, Any],
+                  inputs: Sequence[tuple[str, Any]] = ()) -> dict[str, Any]:
     """Append ``record`` (plus ``version`` and ``timestamp`` if absent) as one JSON line.
 
-    FileError (one line naming the file) for a folder, FIFO or device, a missing folder,
-    or a write that fails.
+    FileError (one line naming the file) for what ``check_record_path`` refuses, or a
+    write that fails.
     """
     from solver.files import append_line
 
+    check_record_path(path, inputs)
     full = {"version": geoconsole_version(), "timestamp": now_utc(), **record}
     append_line(path, json.dumps(full, sort_keys=True, separators=(",", ":"), allow_nan=False),
                 torn=_torn)
@@ -46,7 +78,10 @@ def append_record(path: str | os.PathLike[str], record: dict[str, Any]) -> dict[
 
 
 def _torn(tail: bytes) -> bool:
-    """True when an unterminated last line is not a whole JSON object (a cut-short append)."""
+    """True when an unterminated last line is a cut-short append: it starts as a record
+    does (``{``) but is not a whole JSON object. Other text is never taken for one."""
+    if not tail.lstrip().startswith(b"{"):
+        return False
     try:
         return not isinstance(json.loads(tail), dict)
     except (ValueError, RecursionError):

@@ -359,9 +359,9 @@ def fabric_from_json(doc: Any, source: str = "<fabric>") -> Fabric:
 
 def load_fabric(path: str | os.PathLike[str]) -> Fabric:
     """Read and validate a fabric JSON file. Raises FabricError with a one-line message."""
-    from solver.files import load_json
+    from solver.files import load_json, shown
 
-    return fabric_from_json(load_json(path, "fabric JSON", error=FabricError), str(path))
+    return fabric_from_json(load_json(path, "fabric JSON", error=FabricError), shown(path))
 
 
 def fabric_from_text(text: str, source: str) -> Fabric:

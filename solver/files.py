@@ -197,6 +197,24 @@ def _target(path: str | os.PathLike[str], error: type[Exception]) -> tuple[Path,
     return real, st
 
 
+def shown(path: str | os.PathLike[str]) -> str:
+    """``path`` as printed: characters that are not printable (newline, tab, escape
+    sequences, bidirectional controls) as Python escapes, so a file name can neither add a
+    line to a command's output nor drive the terminal."""
+    text = os.fspath(path)
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def write_target(path: str | os.PathLike[str], error: type[Exception] = FileError
+                 ) -> tuple[Path, os.stat_result | None]:
+    """The file a write to ``path`` would change (a symlink's final target) and its stat
+    (None when new); ``error`` (naming ``path``) for a missing folder, a folder, FIFO or
+    device."""
+    return _target(path, error)
+
+
 def check_not_input(path: str | os.PathLike[str], inputs: Sequence[tuple[str, Any]],
                     error: type[Exception] = FileError) -> None:
     """Refuse to write ``path`` when it is one of ``inputs`` (``(name, path)`` pairs)."""

@@ -259,3 +259,47 @@ def test_solve_workers_flag_and_bad_value(ww_path):
     assert json.loads(result.stdout)["search"]["workers"] == 1
     bad = run("solve", "--matrix", ww_path, *WW, "--workers", "0")
     assert bad.exit_code != 0 and "Traceback" not in bad.output
+
+
+def test_a_record_that_is_the_fabric_or_no_record_file_is_refused_before_the_search(ww_path, tmp_path):
+    fabric = tmp_path / "in.json"
+    fabric.write_bytes(ww_path.read_bytes())
+    line = one_line_error(run("solve", "--matrix", fabric, *WW, "--record", fabric))
+    assert "is also the --matrix" in line and fabric.read_bytes() == ww_path.read_bytes()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("line one\nmy notes")
+    line = one_line_error(run("solve", "--matrix", ww_path, *WW, "--record", notes))
+    assert "is not a run-record file" in line and notes.read_text() == "line one\nmy notes"
+
+
+def test_a_file_name_cannot_add_a_line_to_the_output_or_drive_the_terminal(ww_path, tmp_path):
+    """A newline in the fabric's name printed raw made a second rank_map=(...) line, the
+    one score and export then took; names are printed with escapes."""
+    name = tmp_path / "x\nrank_map=(7 6 5 4 3 2 1 0)\ny.json"
+    name.write_bytes(ww_path.read_bytes())
+    result = run("solve", "--matrix", name, *WW, "--budget", "2000", "--restarts", "0",
+                 "--baseline-samples", "0", "--workers", "1")
+    assert result.exit_code == 0, result.output
+    assert [x for x in result.stdout.splitlines() if x.startswith("rank_map=")] == [
+        re.search(r"^rank_map=\(.*\)$", result.stdout, re.M).group(0)]
+    assert "x\\nrank_map=(7 6 5 4 3 2 1 0)\\ny.json" in result.stdout
+    out = tmp_path / "solve.txt"
+    out.write_text(result.stdout)
+    scored = run("score", "--matrix", ww_path, *WW, "-r", out)
+    assert scored.exit_code == 0, scored.output
+    assert f"{float(re.search(r'Comm +([0-9.]+) s', result.stdout).group(1)):.3f}" in scored.stdout
+    line = one_line_error(run("solve", "--matrix", tmp_path / "e\x1b[31mred.json", *WW))
+    assert "\x1b" not in line and "e\\x1b[31mred.json" in line
+
+
+def test_a_rank_map_file_with_two_different_maps_is_refused(ww_path, tmp_path):
+    two = tmp_path / "two.txt"
+    n = 64
+    two.write_text(f"rank_map=({' '.join(map(str, range(n)))})\n"
+                   f"rank_map=({' '.join(map(str, reversed(range(n))))})\n")
+    assert "2 different rank_map=(...) lines" in one_line_error(run("score", "--matrix", ww_path, *WW, "-r", two))
+
+
+def test_a_seed_too_long_for_the_readers_is_refused(ww_path):
+    result = run("solve", "--matrix", ww_path, *WW, "--seed", str(2**64))
+    assert result.exit_code == 2 and "--seed" in result.output and "Traceback" not in result.output

@@ -74,3 +74,42 @@ def test_a_torn_line_in_the_middle_is_named(tmp_path):
 def test_non_finite_values_are_refused(tmp_path):
     with pytest.raises(ValueError):
         append_record(tmp_path / "r.jsonl", {"score_s": float("nan")})
+
+
+def test_a_file_that_holds_no_records_is_refused_and_left_as_it_was(tmp_path):
+    """Appending to notes, a fabric or a binary file would damage it: refused, unchanged."""
+    for name, data in [("notes.txt", b"line one\nmy notes without a final newline"),
+                       ("fabric.json", b'{\n "labels": ["a"]\n}\n'), ("blob.bin", bytes(range(256)) * 4)]:
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(FileError, match="is not a run-record file"):
+            append_record(path, {"kind": "solve"})
+        assert path.read_bytes() == data
+
+
+def test_text_after_the_last_record_that_is_not_one_is_kept(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    path.write_text('{"kind": "solve"}\nsomeone\'s note')
+    append_record(path, {"kind": "launch"})
+    assert path.read_text().splitlines()[:2] == ['{"kind": "solve"}', "someone's note"]
+    assert json.loads(path.read_text().splitlines()[2])["kind"] == "launch"
+
+
+def test_a_record_file_whose_only_append_was_cut_short_takes_the_next(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    path.write_text('{"kind": "sol')
+    append_record(path, {"kind": "launch"})
+    assert [json.loads(x)["kind"] for x in path.read_text().splitlines()] == ["launch"]
+
+
+def test_a_record_path_that_is_an_input_is_refused(tmp_path):
+    from geoconsole.records import check_record_path
+
+    fabric = tmp_path / "f.json"
+    fabric.write_text("{}")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(fabric)
+    for path in (fabric, link, tmp_path / "." / "f.json"):
+        with pytest.raises(FileError, match="is also the --matrix"):
+            check_record_path(path, [("--matrix", fabric)])
+    assert fabric.read_text() == "{}"

@@ -71,9 +71,24 @@ def with_flag(exc: BaseException) -> str:
     return f"{flag_name}: {text}"
 
 
+def silence_stdout() -> None:
+    """Point standard output at /dev/null after a write to it failed (a full disk, a closed
+    pipe), so the interpreter's last flush at exit cannot fail again with a traceback."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def fail(message: str, code: ExitCode = ExitCode.USAGE) -> "typer.Exit":
     """Print ``error: message`` on stderr (one line) and return the Exit to raise."""
-    one_line = " ".join(str(message).split())
+    from solver.files import shown
+
+    one_line = shown(" ".join(str(message).split()))  # no line breaks, no escape sequences
     print(f"error: {one_line}", file=sys.stderr)
     return typer.Exit(int(code))
 

@@ -16,7 +16,7 @@ import typer
 from geoconsole.cli.errors import UserError, cli_errors, flag
 from geoconsole.cli.exitcodes import ExitCode
 
-from geoconsole.cli.options import ACCEPT_NEW, INVENTORY_REQUIRED as INVENTORY, JSON_OUT, KNOWN_HOSTS, known_hosts_flag
+from geoconsole.cli.options import ACCEPT_NEW, INVENTORY_REQUIRED as INVENTORY, JSON_OUT, KNOWN_HOSTS, MAX_SEED, known_hosts_flag
 SSH_CONFIG = typer.Option(Path("~/.ssh/config"), "--ssh-config", help="OpenSSH client config whose Host aliases the inventory may use.")
 REGION = typer.Option(None, "--region", help="Region for hosts that have none (inventory, GCE metadata).")
 ZONE = typer.Option(None, "--zone", help="Zone for hosts that have none.")
@@ -134,7 +134,7 @@ def probe_command(
     solution: Optional[Path] = typer.Option(None, "--solution", help="With --refresh: a solve --json document or a console session whose bottleneck links to re-measure."),
     share: float = typer.Option(0.1, "--share", min=0.0, max=1.0, help="With --refresh: share of the other links re-measured at random."),
     drift_threshold: float = typer.Option(0.2, "--drift", min=0.0, help="With --refresh: relative beta change that counts as drift."),
-    seed: int = typer.Option(0, "--seed", help="With --refresh: seed of the random share."),
+    seed: int = typer.Option(0, "--seed", min=0, max=MAX_SEED, help="With --refresh: seed of the random share."),
     region: Optional[str] = REGION,
     zone: Optional[str] = ZONE,
     network_group: Optional[str] = GROUP,

@@ -18,7 +18,7 @@ from geoconsole.cli.errors import UserError, cli_errors, flag
 from geoconsole.cli.exitcodes import ExitCode
 
 from geoconsole.cli.options import (ACCEPT_NEW, C_DP, C_PP, DP, DP_MSG, PP, PP_MSG, GROUP_LOCALITY, INVENTORY, INVENTORY_REQUIRED, JSON_OUT, KNOWN_HOSTS, MATRIX,
-                                    RANK_MAP, RECORD,
+                                    MAX_SEED, RANK_MAP, RECORD,
                                     REGIONS, known_hosts_flag, load_fabric)
 
 MODE = typer.Option("torchrun", "--mode", help="torchrun (static rendezvous, one agent per GPU) or env (RANK, WORLD_SIZE, ... set directly).")
@@ -39,10 +39,18 @@ def _solution(value: str, fabric):
     return solution_for(value, fabric)
 
 
-def _append_record(path: Path, record: dict) -> None:
+def _append_record(path: Path, record: dict, inputs=()) -> None:
     from geoconsole.records import append_record
 
-    append_record(path, record)
+    append_record(path, record, inputs)
+
+
+def _check_record(path: Optional[Path], inputs) -> None:
+    """A bad ``--record`` (an input, a missing folder, not a record file) fails first."""
+    if path is not None:
+        from geoconsole.records import check_record_path
+
+        check_record_path(path, inputs)
 
 
 def _inventory(path: Optional[Path]):
@@ -125,6 +133,8 @@ def launch_command(
         raise UserError("--submit: needs --via slurm")
     if sbatch_script and not submit:
         raise UserError("--sbatch-script: needs --submit")
+    inputs = [("--matrix", matrix), ("--rank-map", rank_map), ("--inventory", inventory)]
+    _check_record(record, inputs)
     fabric = load_fabric(matrix, devices=True)
     fabric, ranks = _solution(rank_map, fabric)
     said: list = []  # the advice given, for --json
@@ -157,7 +167,7 @@ def launch_command(
     if record is not None:
         from geoconsole.launch.run import launch_record
 
-        _append_record(record, launch_record(plan, result, fabric_sha256=fabric.sha256()))
+        _append_record(record, launch_record(plan, result, fabric_sha256=fabric.sha256()), inputs)
     _report(result, as_json, None if no_advice else said)
 
 
@@ -189,7 +199,7 @@ def _launch_slurm(fabric, ranks, inventory, command, *, dry_run, as_json, submit
         rec = {"kind": "submit", "via": "slurm", "slurm_job_id": job, "rank_map": plan.rank_map,
                "world_size": plan.world_size, "nodes": list(step.nodes), "command": list(plan.command)}
         if record is not None:
-            _append_record(record, {**rec, "fabric_sha256": fabric.sha256()})
+            _append_record(record, {**rec, "fabric_sha256": fabric.sha256()}, inputs)
         typer.echo(json.dumps(rec, indent=1) if as_json else f"submitted batch job {job}")
         if path and not as_json:
             typer.echo(f"batch script: {path}", err=True)
@@ -352,7 +362,7 @@ def validate_command(
     steps: int = typer.Option(5, "--steps", min=1, help="Measured steps per placement (median reported)."),
     warmup: int = typer.Option(1, "--warmup", min=0, help="Unmeasured steps first."),
     random_maps: int = typer.Option(2, "--random", min=0, help="Random rank maps to measure."),
-    seed: int = typer.Option(0, "--seed", help="Solver seed (the alternate uses seed + 1) and random-map seed."),
+    seed: int = typer.Option(0, "--seed", min=0, max=MAX_SEED - 1, help="Solver seed (the alternate uses seed + 1) and random-map seed."),
     backend: Optional[str] = typer.Option(None, "--backend", help="gloo or nccl (default: nccl on GPUs, gloo on CPU hosts)."),
     port: int = PORT,
     timeout: float = typer.Option(300.0, "--timeout", min=1.0, help="Seconds one placement may take."),
@@ -373,6 +383,8 @@ def validate_command(
 
     if not (scale > 0):
         raise UserError(f"--scale: must be > 0, got {scale}")
+    inputs = [("--matrix", matrix), ("--rank-map", rank_map), ("--inventory", inventory)]
+    _check_record(record, inputs)
     fabric = load_fabric(matrix, devices=True)
     solution = None
     if rank_map:
@@ -398,7 +410,7 @@ def validate_command(
     found = [] if no_advice else _advice_json(fabric, workload, report.placements)
     notes = list(notes) + [f"advice {a['severity']} {a['code']}: {a['message']}" for a in found]
     if record is not None:
-        _append_record(record, {"kind": "validate", "fabric_sha256": fabric.sha256(), **report.to_json()})
+        _append_record(record, {"kind": "validate", "fabric_sha256": fabric.sha256(), **report.to_json()}, inputs)
     if as_json:
         typer.echo(json.dumps({**report.to_json(), "notes": list(notes), "advice": found}, indent=1))
     else:

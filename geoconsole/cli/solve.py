@@ -16,11 +16,11 @@ from typing import Optional
 import typer
 
 from geoconsole.cli.advice import COMPARE_SEEDS, EXCLUDE, NO_ADVICE, STEP_COMPUTE
-from geoconsole.cli.errors import UserError, cli_errors
+from geoconsole.cli.errors import UserError, cli_errors, silence_stdout
 from geoconsole.cli.exitcodes import ExitCode
 
 from geoconsole.cli.options import (C_DP, C_PP, DP, DP_MSG, ESTIMATE, FILL_MISSING, GROUP_LOCALITY,
-                                    JSON_OUT, LEARN, MATRIX, PP, PP_MSG, RANK_MAP, RECORD, REGIONS,
+                                    JSON_OUT, LEARN, MATRIX, MAX_SEED, PP, PP_MSG, RANK_MAP, RECORD, REGIONS,
                                     load_fabric)
 from geoconsole.prepare import workload_for
 from geoconsole.solving import MAX_BASELINE_SAMPLES
@@ -39,34 +39,45 @@ def prepare_flags(fabric, workload, *, group_locality, regions, fill, estimates,
 
 @contextmanager
 def _interruptible():
-    """While active, Ctrl-C asks the solver to stop (via its callback) instead of killing it."""
-    state = {"stop": False}
+    """While active, Ctrl-C (SIGINT) or SIGTERM asks the work to stop (``state["stop"]``;
+    the solver sees it through its callback) instead of killing it, so the best so far is
+    printed and recorded. The wind-down is bounded, and a second signal during it only
+    says so; a third quits at once, without the result."""
+    state = {"stop": False, "signals": 0}
 
     def handler(signum, frame):
-        if state["stop"]:  # a second Ctrl-C: stop at once
-            raise KeyboardInterrupt
+        state["signals"] += 1
         state["stop"] = True
+        if state["signals"] == 2:
+            print("stopping: the best placement so far is printed in a moment "
+                  "(Ctrl-C again quits without it)", file=sys.stderr, flush=True)
+        elif state["signals"] > 2:
+            raise KeyboardInterrupt
 
-    try:
-        previous = signal.signal(signal.SIGINT, handler)
-    except ValueError:  # not the main thread (tests): no handler
-        previous = None
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous[signum] = signal.signal(signum, handler)
+        except ValueError:  # not the main thread (tests): no handler
+            pass
     try:
         yield state
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
-def run_solve(model, options, *, progress: bool, seed_orders=None):
+def run_solve(model, options, *, progress: bool, seed_orders=None, state=None):
     """The core solve with an optional rich progress bar on stderr.
 
     Ctrl-C asks the search to stop (the best so far is kept) and skips the baselines
-    still to draw; a second Ctrl-C stops at once.
+    still to draw (``_interruptible``; ``state``: a caller's own, already active).
     """
+    from contextlib import nullcontext
+
     from geoconsole.solving import run_placement
 
-    with _interruptible() as state:
+    with (nullcontext(state) if state is not None else _interruptible()) as state:
         bar = task = None
         if progress:
             from rich.console import Console
@@ -95,8 +106,14 @@ def run_solve(model, options, *, progress: bool, seed_orders=None):
                 bar.stop()
 
 
-def _emit(doc: dict, as_json: bool, text: str) -> None:
-    typer.echo(json.dumps(doc, indent=1) if as_json else text)
+def _emit(doc: dict, as_json: bool, text: str) -> str | None:
+    """Print the result; why standard output failed (full disk, closed pipe), or None."""
+    try:
+        typer.echo(json.dumps(doc, indent=1) if as_json else text)
+        return None
+    except OSError as exc:
+        silence_stdout()
+        return exc.strerror or str(exc)
 
 
 def solve_command(
@@ -109,7 +126,7 @@ def solve_command(
     dp_messages: float = DP_MSG,
     baseline_samples: int = typer.Option(200, "--baseline-samples", min=0, max=MAX_BASELINE_SAMPLES,
                                          help="Random placements per baseline (they count against --time-limit)."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Random seed (same inputs + seed = same output)."),
+    seed: int = typer.Option(0, "--seed", min=0, max=MAX_SEED, help="Random seed (same inputs + seed = same output)."),
     budget: Optional[int] = typer.Option(None, "--budget", min=0, help="Most swaps to score (default grows with N)."),
     restarts: int = typer.Option(3, "--restarts", min=0, max=10_000, help="Without --time-limit: stop after this many anytime rounds without improvement (0: topology starts only)."),
     time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.001, max=1e7, help="Keep improving for this many seconds, then print the best."),
@@ -131,6 +148,10 @@ def solve_command(
     from geoconsole.report import format_solve, solve_json
     from geoconsole.solving import SolveOptions, cost_model
 
+    if record is not None:  # before the search, not after it
+        from geoconsole.records import check_record_path
+
+        check_record_path(record, [("--matrix", matrix)])
     fabric = load_fabric(matrix)
     workload = workload_for(fabric.n, str(fabric.source), pp, dp, c_pp, c_dp, pp_messages, dp_messages)
     prepared = prepare_flags(fabric, workload, group_locality=group_locality, regions=regions,
@@ -138,7 +159,18 @@ def solve_command(
     model = cost_model(prepared.fabric, workload)
     show = sys.stderr.isatty() if progress is None else progress
     options = SolveOptions(seed, budget, restarts, time_limit, baseline_samples, workers)
-    outcome = run_solve(model, options, progress=show, seed_orders=prepared.seed_orders)
+    with _interruptible() as state:  # through the advice's reruns and the output
+        _solve_and_report(fabric, prepared, model, options, show, state, as_json, record, matrix,
+                          compare_seeds, step_compute_s, no_advice,
+                          dict(group_locality=group_locality, regions=regions, fill_missing=fill_missing,
+                               estimates=estimate or (), learn=learn, exclude=exclude or ()))
+
+
+def _solve_and_report(fabric, prepared, model, options, show, state, as_json, record, matrix,
+                      compare_seeds, step_compute_s, no_advice, prepare) -> None:
+    from geoconsole.report import format_solve, solve_json
+
+    outcome = run_solve(model, options, progress=show, seed_orders=prepared.seed_orders, state=state)
     doc = solve_json(prepared.fabric, model, outcome.result, outcome.baselines, outcome.bound)
     doc.update(prepared.to_json())
     doc["baselines_cut"] = outcome.baselines_cut
@@ -147,27 +179,31 @@ def solve_command(
                    err=True)
     if not no_advice:
         doc.update(_solve_advice(fabric, prepared, model, outcome, options, compare_seeds, step_compute_s,
-                                 dict(group_locality=group_locality, regions=regions, fill_missing=fill_missing,
-                                      estimates=estimate or (), learn=learn, exclude=exclude or ())))
+                                 prepare, lambda: state["stop"]))
     text = "".join(line + "\n" for line in prepared.lines()) + format_solve(doc)
-    _emit(doc, as_json, text)
-    if record is not None:
-        _record_solve(record, doc)
-    if outcome.stopped:  # Ctrl-C: the best so far was printed and recorded
+    lost = _emit(doc, as_json, text)
+    if record is not None:  # written even when standard output failed
+        _record_solve(record, doc, matrix)
+    if lost is not None:
+        kept = f"the run record in {record} holds it" if record is not None else "rerun with --record to keep it"
+        raise UserError(f"standard output: cannot write the result ({lost}); {kept}", ExitCode.FAILED)
+    if outcome.stopped or state["stop"]:  # Ctrl-C: the best so far was printed and recorded
         raise typer.Exit(int(ExitCode.INTERRUPTED))
 
 
-def _solve_advice(fabric, prepared, model, outcome, options, compare_seeds, step_compute_s, prepare) -> dict:
+def _solve_advice(fabric, prepared, model, outcome, options, compare_seeds, step_compute_s, prepare,
+                  should_stop=lambda: False) -> dict:
     """``{"advice": [...]}`` (and ``"seeds"`` with --compare-seeds) for the solve's document."""
     from geoconsole import advice
     from geoconsole.cli.advice import with_hints
     from geoconsole.prepare import parse_regions
 
     comms = {}
-    if compare_seeds > 1:
+    if compare_seeds > 1 and not should_stop():
         comms = {options.seed: float(outcome.result.fun), **advice.rerun_seeds(
             model, range(options.seed + 1, options.seed + compare_seeds), budget=options.budget,
-            restarts=options.restarts, seed_orders=prepared.seed_orders, time_limit=options.time_limit)}
+            restarts=options.restarts, seed_orders=prepared.seed_orders, time_limit=options.time_limit,
+            workers=options.workers, should_stop=should_stop)}
     prepare["regions"] = parse_regions(prepare["regions"])
     items = advice.for_solve(prepared.fabric, model, outcome.result, outcome.baselines, outcome.bound,
                              seed_comms=comms, step_compute_s=step_compute_s,
@@ -178,7 +214,7 @@ def _solve_advice(fabric, prepared, model, outcome, options, compare_seeds, step
     return doc
 
 
-def _record_solve(path: Path, doc: dict) -> None:
+def _record_solve(path: Path, doc: dict, matrix: Path) -> None:
     from geoconsole.records import append_record
 
     record = {
@@ -208,7 +244,7 @@ def _record_solve(path: Path, doc: dict) -> None:
         if key in doc:
             record[key] = doc[key]
     try:
-        append_record(path, record)
+        append_record(path, record, [("--matrix", matrix)])
     except OSError as exc:
         raise UserError(f"{path}: cannot write run record: {exc.strerror or exc}") from None
 
@@ -247,7 +283,7 @@ def score_command(
 def demo_command(
     baseline_samples: int = typer.Option(200, "--baseline-samples", min=0, max=MAX_BASELINE_SAMPLES,
                                          help="Random placements per baseline."),
-    seed: int = typer.Option(7, "--seed", min=0, help="Random seed."),
+    seed: int = typer.Option(7, "--seed", min=0, max=MAX_SEED, help="Random seed."),
     as_json: bool = JSON_OUT,
 ) -> None:
     """Solve the built-in world-wide DT-FM fabric and a synthetic two-datacenter one."""

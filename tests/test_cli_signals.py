@@ -1,0 +1,92 @@
+"""solve under signals and a failing standard output, as a real process: the best
+placement so far is printed and recorded, one line of error at most, never a traceback."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from geoconsole.demo_fabrics import worldwide_fabric
+
+WW = ["--pp", "8", "--dp", "8", "--c-pp", "0.512", "--c-dp", "0.65"]
+
+
+@pytest.fixture(scope="module")
+def ww_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fabric") / "worldwide.json"
+    worldwide_fabric().save(path)
+    return path
+
+
+def _solve(ww_path, *args, **popen):
+    return subprocess.Popen([sys.executable, "-m", "geoconsole.cli", "--headless", "solve", "--matrix",
+                             str(ww_path), *WW, "--no-progress", *map(str, args)],
+                            stdout=popen.pop("stdout", subprocess.PIPE), stderr=subprocess.PIPE, text=True,
+                            **popen)
+
+
+def _wait_for_search(seconds=6.0):
+    time.sleep(seconds)  # imports, the bound, the worker processes: the rounds are under way
+
+
+def _printed_and_recorded(proc, record, timeout=60):
+    out, err = proc.communicate(timeout=timeout)  # a hang fails here
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+    assert out.count("\nrank_map=(") == 1, out
+    (line,) = record.read_text().splitlines()
+    assert json.loads(line)["score_s"] > 0
+    return out, err
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_search_and_keeps_the_best_like_ctrl_c(ww_path, tmp_path):
+    """``timeout``, a batch system or ``kill`` send SIGTERM to the command alone: it used
+    to die at once (nothing printed or recorded; its workers printed BrokenPipe tracebacks)."""
+    record = tmp_path / "runs.jsonl"
+    proc = _solve(ww_path, "--time-limit", 300, "--workers", 2, "--record", record)
+    _wait_for_search()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = _printed_and_recorded(proc, record)
+    assert "cancelled (Ctrl-C, SIGTERM" in out
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_during_the_wind_down_still_prints_the_result(ww_path, tmp_path):
+    """An operator's double tap: the second Ctrl-C used to quit without the result."""
+    record = tmp_path / "runs.jsonl"
+    proc = _solve(ww_path, "--time-limit", 300, "--workers", 2, "--record", record, start_new_session=True)
+    _wait_for_search()
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = _printed_and_recorded(proc, record)
+    assert "Ctrl-C again quits without it" in err
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_compare_seeds_stops_the_reruns(ww_path, tmp_path):
+    """The --compare-seeds reruns ran on through Ctrl-C and the command exited 0."""
+    record = tmp_path / "runs.jsonl"
+    proc = _solve(ww_path, "--time-limit", 3, "--compare-seeds", 20, "--workers", 2, "--record", record,
+                  start_new_session=True)
+    _wait_for_search(seconds=9)  # the first search (3 s) and the baselines are done
+    os.killpg(proc.pid, signal.SIGINT)
+    _printed_and_recorded(proc, record)
+    assert len(json.loads(record.read_text()).get("seeds", [])) < 20
+
+
+def test_a_full_standard_output_is_one_line_and_the_record_is_written(ww_path, tmp_path):
+    record = tmp_path / "runs.jsonl"
+    with open("/dev/full", "w") as full:
+        proc = _solve(ww_path, "--budget", 2000, "--restarts", 0, "--baseline-samples", 0, "--workers", 1,
+                      "--record", record, stdout=full)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: standard output: cannot write"), err
+    assert json.loads(record.read_text())["score_s"] > 0
