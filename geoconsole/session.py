@@ -66,6 +66,8 @@ class Solution:
     baselines: dict[str, list[float]] = field(default_factory=dict)
     #: What geoconsole.advice found about this solution (``Advice.to_json`` each).
     advice: list[dict[str, Any]] = field(default_factory=list)
+    #: Which strategy (and worker) found it, e.g. "worker 0: parallel tempering, then descent".
+    found_by: str = ""
 
     def __post_init__(self) -> None:
         self.rank_map = np.asarray(self.rank_map, dtype=int)
@@ -92,6 +94,7 @@ class Solution:
             "history": [[t, v] for t, v in self.history],
             "baselines": self.baselines,
             "advice": self.advice,
+            "found_by": self.found_by,
         }
 
     @classmethod
@@ -120,6 +123,7 @@ class Solution:
             history=_history(opt("history", []), f"{where}.history"),
             baselines=_baselines(opt("baselines", {}), f"{where}.baselines"),
             advice=_advice(opt("advice", []), f"{where}.advice"),
+            found_by=_text(opt("found_by", ""), f"{where}.found_by"),
         )
 
 

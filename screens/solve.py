@@ -18,7 +18,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.widgets import Button, Footer, Sparkline, Static
 
@@ -102,7 +102,7 @@ class SolveScreen(ConsoleScreen):
                 with Horizontal(id="solve-buttons"):
                     yield Button("Solve", id="solve-run", variant="primary", compact=True)
                     yield Button("Cancel", id="solve-cancel", variant="error", disabled=True, compact=True)
-            with Vertical(id="solve-live"):
+            with VerticalScroll(id="solve-live"):
                 yield Static("Ready: press Solve (ctrl+r).", id="solve-status")
                 yield Sparkline([], id="solve-sparkline")
                 yield Static("", id="solve-axis")
@@ -246,9 +246,18 @@ class SolveScreen(ConsoleScreen):
         self.post_message(Activity("solve", solve_running(message.fun, self.bound, message.elapsed_s, eta)))
 
     def on_solve_screen_finished(self, message: Finished) -> None:
+        from solver.search import CANCELLED
+
         self._set_running(False)
         self.post_message(Activity("solve", None))
         r = message.result
+        kept = self.session.current
+        if (r.status == CANCELLED and kept is not None and kept.digest == message.digest
+                and kept.workload == message.options.workload and kept.fun <= float(r.fun)):
+            # a cancelled run that did not beat the plan does not replace it
+            self._show_solution(kept, note=f"cancelled at {float(r.fun):.2f} s, not below {kept.name}: "
+                                           f"the plan stays {kept.name}")
+            return
         number = len(self.session.solutions) + 1
         solution = Solution(
             name=f"solve #{number}", rank_map=np.asarray(r.x), fun=float(r.fun),
@@ -256,26 +265,32 @@ class SolveScreen(ConsoleScreen):
             bound=message.bound, status=str(int(r.status)), message=r.message, seed=message.options.seed,
             nit=int(r.nit), nfev=int(r.nfev), elapsed_s=float(r.elapsed_s),
             history=[(float(t), float(v)) for t, v in r.history], baselines=message.baselines,
-            advice=message.advice,
+            advice=message.advice, found_by=str(r.start),
         )
         self.session.add_solution(solution)
         self.post_message(SessionChanged(f"{solution.name}: Comm {solution.fun:.2f} s"))
 
     def _status_text(self, fun: float, nit: int, nfev: int, elapsed: float, phase: str, done: str = "",
-                     eta: float | None = None) -> Text:
+                     eta: float | None = None, found_by: str = "") -> Text:
+        """Best Comm and bound, then how it ended (``done``) and who found it, then the work:
+        the lines that matter first, since a narrow terminal cuts the last."""
         text = Text()
         text.append(f"best Comm {fun:.2f} s", style="bold green")
         if self.bound is not None:
             gap = (fun - self.bound) / fun * 100 if fun > 0 else 0.0
             text.append(f"   lower bound {self.bound:.2f} s\ngap (Comm - bound)/Comm {gap:.1f}%")
-        text.append(f"\n{nit} improvements, {nfev} swaps scored, {elapsed:.1f} s, {phase}")
-        if eta is not None:
-            text.append(f", ETA {eta:.0f} s")
         if done:
             text.append(f"\n{done}", style="bold")
+        if found_by:
+            text.append(f"\nfound by {found_by}")
+        text.append(f"\n{nit} improvements, {nfev} swaps scored, {elapsed:.1f} s")
+        if not done:
+            text.append(f", {phase}")
+        if eta is not None:
+            text.append(f", ETA {eta:.0f} s")
         return text
 
-    def _show_solution(self, sol: Solution) -> None:
+    def _show_solution(self, sol: Solution, note: str = "") -> None:
         self.bound = sol.bound
         values = [v for _t, v in sol.history] or [sol.fun]
         data, flat = sparkline_data(values)
@@ -287,7 +302,7 @@ class SolveScreen(ConsoleScreen):
         stale = "   STALE: labels or fabric changed since" if self.session.is_stale(sol) else ""
         self.query_one("#solve-status", Static).update(self._status_text(
             sol.fun, sol.nit, sol.nfev, sol.elapsed_s, "done",
-            done=f"{sol.name}: {sol.message}{stale}  (r: review)",
+            done=f"{sol.name}: {note or sol.message}{stale}  (r: review)", found_by=sol.found_by,
         ))
         self.query_one(Histogram).show(sol.baselines, sol.fun, sol.bound)
         shown = self.query_one("#solve-advice", Static)

@@ -397,10 +397,13 @@ def _rounds_phase(run: _Run, model: CostModel, pool: WorkerPool, plan: Rounds) -
         return []
 
     firsts = _firsts(run, pool.workers)
+
+    def counted(nfev: int, nit: int) -> None:  # after each round: progress shows the work live
+        run.nfev += nfev
+        run.nit += nit
+
     out = pool.run(run.best, run.best_score, plan, run.should_stop,
-                   lambda fun, worker, clock: run.note(fun, worker), firsts=firsts)
-    run.nfev += out.nfev
-    run.nit += out.nit
+                   lambda fun, worker, clock: run.note(fun, worker), firsts=firsts, on_round=counted)
     run.restart = out.rounds
     if out.worker is not None:
         run.offer(out.grid, out.fun, out.strategy, out.worker)

@@ -358,10 +358,12 @@ class WorkerPool:
 
     def run(self, grid: np.ndarray, fun: float, plan: Rounds, stop: Callable[[], bool],
             on_best: Callable[[float, int, float], None],
-            firsts: Sequence[tuple[np.ndarray, float]] = ()) -> Outcome:
+            firsts: Sequence[tuple[np.ndarray, float]] = (),
+            on_round: Callable[[int, int], None] = lambda nfev, nit: None) -> Outcome:
         """Rounds from ``grid`` until the plan's stop rule, the deadline or ``stop()``.
 
-        ``on_best(comm, worker, clock)`` is called as walks improve on their start.
+        ``on_best(comm, worker, clock)`` is called as walks improve on their start;
+        ``on_round(nfev, nit)`` after each round with its work (swaps scored, moves).
         ``firsts[w]``: worker ``w``'s grid and Comm in the first round (default: ``grid``).
         """
         out = Outcome(grid.copy(), float(fun))
@@ -376,10 +378,12 @@ class WorkerPool:
             results = runner(out.rounds, out.grid, out.fun, plan, stop, on_best, own)
             out.rounds += 1
             improved = False
+            round_nfev, round_nit = sum(r.nfev for r in results.values()), sum(r.nit for r in results.values())
+            out.nfev += round_nfev
+            out.nit += round_nit
+            on_round(round_nfev, round_nit)
             for w in sorted(results):
                 r = results[w]
-                out.nfev += r.nfev
-                out.nit += r.nit
                 if r.fun < out.fun - 1e-12 * max(1.0, out.fun):
                     out.grid, out.fun, out.strategy, out.worker = r.grid, r.fun, r.strategy, w
                     improved = True

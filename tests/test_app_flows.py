@@ -81,6 +81,8 @@ async def test_solve_then_review_shows_the_reference_layout():
         assert sol.bound is not None and sol.bound <= sol.fun
         assert set(sol.baselines) == {"random rank map", "random stage groups"}
         assert "best Comm 51.50 s" in text_of(screen.query_one("#solve-status"))
+        # the console says which strategy found it, as the CLI does (restarts 0: a start)
+        assert sol.found_by and f"found by {sol.found_by}" in text_of(screen.query_one("#solve-status"))
         await pilot.press("r")
         await pilot.pause()
         assert app.current_mode == "rankmap"
@@ -109,6 +111,28 @@ async def test_cancel_keeps_the_best_so_far_and_the_ui_stays_responsive():
         assert "cancelled" in sol.message
         assert np.isfinite(sol.fun) and sorted(sol.rank_map.tolist()) == list(range(64))
         assert not screen.running
+
+
+async def test_a_cancelled_run_that_does_not_beat_the_plan_leaves_it_the_plan():
+    """Esc moments after ctrl+r left a cancelled 65 s run as the plan over a 47 s one."""
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        await pilot.pause()
+        screen = app.screen
+        screen.query_one("#form-budget", Input).value = "200"
+        screen.query_one("#form-restarts", Input).value = "0"
+        await pilot.press("ctrl+r")
+        await wait_until(lambda: app.session.current is not None and not screen.running)
+        plan = app.session.current
+        screen.query_one("#form-budget", Input).value = "500000000"
+        screen.query_one("#form-restarts", Input).value = "100000"
+        await pilot.press("ctrl+r")
+        await pilot.press("escape")  # the new run ends at once, no better than the plan
+        await wait_until(lambda: not screen.running, timeout=30)
+        assert app.session.current is plan and len(app.session.solutions) == 1
+        status = text_of(screen.query_one("#solve-status"))
+        assert f"not below {plan.name}: the plan stays {plan.name}" in status
 
 
 async def test_progress_messages_coalesce():

@@ -18,8 +18,10 @@ def test_round_trip_keeps_fabric_labels_workload_and_solutions(tmp_path):
     s = demo_session()
     s.edit_labels([0, 1], {"zone": "us-west1-b"})
     s.add_solution(make_solution(s, region_pipelines(s), samples=5))
+    s.current.found_by = "worker 0: parallel tempering, then descent"
     path = s.save(tmp_path / "s.json")
     back = load_session(path)
+    assert back.current.found_by == "worker 0: parallel tempering, then descent"
     assert back.fabric.sha256() == s.fabric.sha256()
     assert back.devices() == s.devices()
     assert back.labels == s.labels

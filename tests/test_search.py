@@ -474,3 +474,14 @@ def test_starting_workers_stops_at_the_deadline_or_a_cancel():
             pool.close()
     result = solve(_geo_model(), seed=0, workers=64, time_limit=0.05)
     assert result.status == TIME_LIMIT and "worker processes started before the time limit" in result.message
+
+
+def test_progress_counts_the_work_of_each_round_as_it_ends():
+    """The console's "improvements, swaps scored" stood still through the anytime rounds
+    (the rounds' work was counted once, at their end)."""
+    model = _geo_model(26, 6, 8)
+    seen = []
+    result = solve(model, seed=0, workers=2, restarts=3, callback=seen.append)
+    during = sorted({p.nfev for p in seen if p.phase == "anytime"})
+    assert result.rounds >= 2 and len(during) >= 2, (result.rounds, during)
+    assert during[-1] <= result.nfev
