@@ -295,6 +295,7 @@ def _parse_devices(raw: Any, n: int, src: str) -> tuple[Device, ...]:
         got = len(raw) if isinstance(raw, list) else type(raw).__name__
         raise FabricError(f"{src}: devices: expected a list of {n} entries, got {got}")
     out = []
+    seen: dict[tuple[str, str, int], int] = {}  # (host, "gpu" or "slot", index) -> row
     from solver.names import label_problem, name_problem
 
     for i, d in enumerate(raw):
@@ -312,6 +313,11 @@ def _parse_devices(raw: Any, n: int, src: str) -> tuple[Device, ...]:
         slot = d.get("slot")
         if slot is not None and (isinstance(slot, bool) or not isinstance(slot, int) or slot < 0 or gpu is not None):
             raise FabricError(f"{src}: devices[{i}].slot: expected an index >= 0 on a CPU row (gpu null), got {slot!r}")
+        if gpu is not None or slot is not None:  # one row per GPU (or CPU slot) of a host
+            key = (d["host"], "GPU" if gpu is not None else "slot", gpu if gpu is not None else slot)
+            if key in seen:
+                raise FabricError(f"{src}: devices[{i}]: {key[0]} {key[1]} {key[2]} is also devices[{seen[key]}]")
+            seen[key] = i
         values = {}
         for key in ("region", "zone", "network_group"):
             v = d.get(key)

@@ -48,6 +48,11 @@ MALFORMED = [
     ("empty", {"labels": [], "alpha_ms": [], "beta_gbps": []}, "needs at least one device"),
     ("bad devices", {**GOOD, "devices": [{"host": "a"}] * 3}, "devices: expected a list of 4 entries"),
     ("bad gpu", {**GOOD, "devices": [{"host": "a", "gpu": -1}] * 4}, "devices[0].gpu"),
+    ("one GPU twice", {**GOOD, "devices": [{"host": "a", "gpu": 0}, {"host": "a", "gpu": 1},
+                                           {"host": "b", "gpu": 0}, {"host": "a", "gpu": 1}]},
+     "devices[3]: a GPU 1 is also devices[1]"),
+    ("one CPU slot twice", {**GOOD, "devices": [{"host": "c", "gpu": None, "slot": 0}] * 2
+                            + [{"host": "d"}, {"host": "d"}]}, "devices[1]: c slot 0 is also devices[0]"),
 ]
 
 
