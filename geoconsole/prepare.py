@@ -181,7 +181,10 @@ def fill(fabric: Fabric, estimates: Sequence[str] = (), learn: bool = True) -> t
     try:
         return fill_missing(fabric, defaults)
     except ValueError as exc:
-        raise InputError(f"{fabric.source}: {exc}") from None
+        text = str(exc).removeprefix(f"{fabric.source}: ")  # the filled fabric's check names it too
+        if estimates:  # a value the operator gave filled it
+            raise InputError(f"estimate: filling unmeasured pairs of {fabric.source} gave {text}", "estimate") from None
+        raise InputError(f"{fabric.source}: {text}") from None
 
 
 def prepare_for_solve(

@@ -93,7 +93,7 @@ def run_placement(
     started = time.monotonic() if started is None else started
     deadline = None if options.time_limit is None else started + options.time_limit
     if bound is None:
-        bound = lower_bound(model, bound_budget_s(options.time_limit))
+        bound = lower_bound(model, bound_budget_s(options.time_limit), stop=should_stop)
     search_limit = None
     if deadline is not None:  # the limit covers the bound, the search and the baselines
         reserve = BASELINE_SHARE * options.time_limit if options.baseline_samples else 0.0

@@ -200,7 +200,7 @@ class SolveScreen(ConsoleScreen):
         from solver.bounds import bound_budget_s, lower_bound
 
         started = time.monotonic()  # the time limit covers the bound too
-        found_bound = lower_bound(model, bound_budget_s(options.time_limit))
+        found_bound = lower_bound(model, bound_budget_s(options.time_limit), stop=self._cancel.is_set)
         bound = found_bound.value
         self.post_message(self.Started(bound))
         last = [0.0]

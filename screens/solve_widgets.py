@@ -28,6 +28,10 @@ class SolveOptions:
     restarts: int
 
 
+#: The form's limits, as the CLI's (solve --time-limit, --restarts).
+MAX_TIME_LIMIT_S = 1e7
+MAX_RESTARTS = 10_000
+
 #: (field id, label with unit, placeholder) of the form, in order.
 FIELDS = (
     ("c_pp", "c_pp activations (GB)", "decimal GB per stage boundary"),
@@ -73,8 +77,9 @@ class WorkloadForm(Vertical):
             self.query_one(f"#form-{key}", Input).value = f"{values[key]:g}" if isinstance(values[key], float) else str(values[key])
 
     def read(self, n_devices: int) -> SolveOptions:
-        """The validated options; ValueError naming the field otherwise."""
+        """The validated options; ValueError naming the field by its label otherwise."""
         raw = {key: self.query_one(f"#form-{key}", Input).value.strip() for key, _l, _p in FIELDS}
+        label = {key: name for key, name, _p in FIELDS}
 
         def number(key: str, kind=float, optional: bool = False):
             text = raw[key]
@@ -83,9 +88,10 @@ class WorkloadForm(Vertical):
             try:
                 value = kind(text)
             except ValueError:
-                raise ValueError(f"{key}: expected {'a whole number' if kind is int else 'a number'}, got {text!r}") from None
+                raise ValueError(f"{label[key]}: expected {'a whole number' if kind is int else 'a number'}, "
+                                 f"got {text[:40]!r}") from None
             if isinstance(value, float) and not math.isfinite(value):
-                raise ValueError(f"{key}: must be finite, got {text!r}")
+                raise ValueError(f"{label[key]}: must be finite, got {text[:40]!r}")
             return value
 
         workload = Workload(
@@ -94,17 +100,20 @@ class WorkloadForm(Vertical):
             pp_messages=number("pp_messages"), dp_messages=number("dp_messages"),
         )
         if workload.n_devices != n_devices:
-            raise ValueError(f"d_pp x d_dp: {workload.d_pp} x {workload.d_dp} = {workload.n_devices}, the fabric has {n_devices} devices")
+            raise ValueError(f"D_PP x D_DP: {workload.d_pp} x {workload.d_dp} = {workload.n_devices}, the fabric has {n_devices} devices")
         budget = number("budget", int, optional=True)
         if budget is not None and budget < 0:
-            raise ValueError(f"budget: must be >= 0, got {budget}")
+            raise ValueError(f"{label['budget']}: must be >= 0, got {budget}")
         time_limit = number("time_limit", optional=True)
-        if time_limit is not None and time_limit <= 0:
-            raise ValueError(f"time_limit: must be > 0 seconds, got {time_limit:g}")
+        if time_limit is not None and not 0 < time_limit <= MAX_TIME_LIMIT_S:
+            raise ValueError(f"{label['time_limit']}: must be > 0 and at most {MAX_TIME_LIMIT_S:g}, got {time_limit:g}")
         restarts = number("restarts", int)
-        if restarts < 0:
-            raise ValueError(f"restarts: must be >= 0, got {restarts}")
-        return SolveOptions(workload, number("seed", int), budget, time_limit, restarts)
+        if not 0 <= restarts <= MAX_RESTARTS:
+            raise ValueError(f"{label['restarts']}: must be 0-{MAX_RESTARTS}, got {restarts}")
+        seed = number("seed", int)
+        if not 0 <= seed < 2**64:
+            raise ValueError(f"{label['seed']}: must be 0 to 2^64 - 1, got {seed}")
+        return SolveOptions(workload, seed, budget, time_limit, restarts)
 
 
 def sparkline_data(values: list[float]) -> tuple[list[float], str]:

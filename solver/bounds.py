@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import time
+from typing import Callable
 
 import numpy as np
 from solver.cost import CostModel
@@ -59,14 +60,16 @@ def bound_budget_s(time_limit: float | None) -> float:
     return DEFAULT_BOUND_BUDGET_S if time_limit is None else min(10.0, max(0.2, 0.05 * time_limit))
 
 
-def lower_bound(model: CostModel, time_budget_s: float = DEFAULT_BOUND_BUDGET_S) -> Bound:
+def lower_bound(model: CostModel, time_budget_s: float = DEFAULT_BOUND_BUDGET_S,
+                stop: Callable[[], bool] = lambda: False) -> Bound:
     """A lower bound on Comm over every placement: the better of the separate and the
-    joint bound, the latter given ``time_budget_s`` seconds (0: separate only)."""
+    joint bound, the latter given ``time_budget_s`` seconds (0: separate only) unless
+    ``stop()`` (a cancel) ends it sooner with what it has, still valid."""
     t0 = time.perf_counter()
     sep = separate_bound(model)
     value, method = sep.value, SEPARATE
     if time_budget_s > 0:
-        joint, threshold = joint_bound(model, sep.pipeline, sep.data_p, time_budget_s)
+        joint, threshold = joint_bound(model, sep.pipeline, sep.data_p, time_budget_s, stop)
         if joint > value:
             value = joint
             method = (f"joint: pipeline edges below {threshold:.4g} s keep the stage groups' "

@@ -58,6 +58,7 @@ so the value does not depend on machine load. Building ``D`` costs ``O(N |V| m)`
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -84,14 +85,16 @@ SETUP_CELLS_PER_NODE = 256
 
 
 class _Work:
-    """Search nodes left for the whole bound, and the safety deadline."""
+    """Search nodes left for the whole bound, the safety deadline, and a caller's stop
+    (a cancel ends the work as a spent budget does: the weaker values stand, still valid)."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, stop: Callable[[], bool] = lambda: False) -> None:
         self.left = int(NODES_PER_SECOND * seconds)
         self.deadline = time.monotonic() + SAFETY * seconds + 0.5
+        self.stop = stop
 
     def spent(self) -> bool:
-        return self.left <= 0 or time.monotonic() > self.deadline
+        return self.left <= 0 or time.monotonic() > self.deadline or self.stop()
 
 
 def _vectors(z: np.ndarray, r: int) -> np.ndarray | None:
@@ -466,12 +469,14 @@ def _bound_for(x, pipe, m1, d_pp, p_sep, d_sep, vecs, values, floors, z, edge, w
     return runs.best
 
 
-def joint_bound(model, p_sep: float, d_sep: float, time_budget_s: float) -> tuple[float, float | None]:
-    """``(value, threshold)``: the best bound over thresholds (value -inf if none applied)."""
+def joint_bound(model, p_sep: float, d_sep: float, time_budget_s: float,
+                stop: Callable[[], bool] = lambda: False) -> tuple[float, float | None]:
+    """``(value, threshold)``: the best bound over thresholds (value -inf if none applied).
+    ``stop()`` true ends the work early (a cancel), as the budget does."""
     w = model.workload
     if w.d_pp < 2 or w.d_dp < 2:
         return -np.inf, None
-    work = _Work(time_budget_s)
+    work = _Work(time_budget_s, stop)
     best, at = -np.inf, None
     tree = spanning_tree(model)
     # each threshold's peer sums and pair floors are O(N^2) array work (0.7-1 s at 4096

@@ -6,6 +6,7 @@ quoted there, and is refused where it is loaded when it
 - is empty or longer than its cap (253 characters for host names and addresses, the
   DNS limit; 63 for region / zone / network-group labels; 32 for user names),
 - starts with ``-`` (it would read as an option to ssh or another program),
+- (host and node names, addresses) holds ``@``, which ssh reads as ``user@host``,
 - holds whitespace, or a control or unprintable character.
 
 Each check returns the problem as text (None when the value is fine), so callers put
@@ -41,6 +42,8 @@ def name_problem(value: Any, kind: str = "host name", max_chars: int = MAX_HOST_
         return f"a {kind} has at most {max_chars} characters, got {len(value)}"
     if value.startswith("-"):
         return f"a {kind} may not start with '-' (it would read as an option), got {value[:80]!r}"
+    if "@" in value and kind != "user name":  # ssh would take what precedes it as the login
+        return f"a {kind} may not hold '@' (it would name the login user; set the user instead), got {value[:80]!r}"
     return _chars(value)
 
 

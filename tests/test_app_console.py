@@ -108,7 +108,7 @@ async def test_status_bar_shows_a_running_solve_from_another_screen():
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("4")
         app.screen.query_one("#form-budget", Input).value = "500000000"
-        app.screen.query_one("#form-restarts", Input).value = "100000"
+        app.screen.query_one("#form-restarts", Input).value = "10000"
         await pilot.press("ctrl+r")
         from support import wait_until
 

@@ -53,6 +53,15 @@ def test_bound_on_the_worldwide_demo_is_valid_and_joint():
     assert bound.value <= 51.50 + 1e-9  # the spec's layout scores 51.50
     assert bound.value > separate_bound(model).value
     assert bound.method.startswith("joint") and bound.elapsed_s > 0
+    # a cancel ends the joint work with what it has: still a bound, no better than the full one
+    calls = []
+
+    def stop() -> bool:
+        calls.append(1)
+        return len(calls) > 3
+
+    cut = lower_bound(model, 1000.0, stop=stop)
+    assert calls and separate_bound(model).value <= cut.value <= bound.value + 1e-9
 
 
 def test_component_vectors_are_exactly_the_bounded_compositions():

@@ -90,3 +90,14 @@ def test_a_full_standard_output_is_one_line_and_the_record_is_written(ww_path, t
     lines = [x for x in err.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: standard output: cannot write"), err
     assert json.loads(record.read_text())["score_s"] > 0
+
+
+def test_a_closed_standard_output_is_not_a_silent_success(ww_path, tmp_path):
+    record = tmp_path / "runs.jsonl"
+    command = " ".join([sys.executable, "-m", "geoconsole.cli", "--headless", "solve", "--matrix", str(ww_path),
+                        *WW, "--budget", "2000", "--restarts", "0", "--baseline-samples", "0", "--workers", "1",
+                        "--no-progress", "--record", str(record)])
+    proc = subprocess.run(["bash", "-c", f"exec >&-; {command}"], capture_output=False, stderr=subprocess.PIPE,
+                          text=True, timeout=120)
+    assert proc.returncode == 1 and "standard output: cannot write the result (it is closed)" in proc.stderr
+    assert json.loads(record.read_text())["score_s"] > 0

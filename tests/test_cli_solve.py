@@ -226,6 +226,10 @@ def test_solve_fill_missing_estimates_and_counts_pairs(tmp_path):
     as_json = json.loads(run("solve", "--matrix", path, *WW, "--fill-missing", "--baseline-samples", "0",
                              "--budget", "2000", "--json").stdout)
     assert as_json["estimated_pairs"] == 2
+    # an estimate that fills a value out of range is the flag's error, the file named once
+    line = one_line_error(run("solve", "--matrix", path, *WW, "--fill-missing", "--no-learn",
+                              "--estimate", "region=1e308,1e-308", "--estimate", "any=1e308,1e-308"))
+    assert line.startswith(f"error: --estimate: filling unmeasured pairs of {path} gave ") and line.count(str(path)) == 1
 
 
 def test_ctrl_c_after_the_search_prints_and_records_the_result(ww_path, tmp_path):

@@ -51,6 +51,8 @@ MALFORMED = [
     ("one GPU twice", {**GOOD, "devices": [{"host": "a", "gpu": 0}, {"host": "a", "gpu": 1},
                                            {"host": "b", "gpu": 0}, {"host": "a", "gpu": 1}]},
      "devices[3]: a GPU 1 is also devices[1]"),
+    ("a login in a host name", {**GOOD, "devices": [{"host": "root@h1", "gpu": g} for g in range(4)]},
+     "devices[0].host: a host name may not hold '@'"),
     ("one CPU slot twice", {**GOOD, "devices": [{"host": "c", "gpu": None, "slot": 0}] * 2
                             + [{"host": "d"}, {"host": "d"}]}, "devices[1]: c slot 0 is also devices[0]"),
 ]

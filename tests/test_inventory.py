@@ -110,6 +110,7 @@ BAD_TOML = [
     ('[[hosts]]\naddress = "a"\ninterface = "eth0; reboot"\n', "hosts[0].interface: expected a network interface name"),
     ('[[hosts]]\naddress = "a"\nregion = "eu\\nwest"\n', "hosts[0].region: no spaces or other whitespace allowed"),
     ('[[hosts]]\nport = 22\n', "hosts[0]: needs an address"),
+    ('[[hosts]]\naddress = "root@10.0.0.1"\n', "hosts[0].address: a host address may not hold '@'"),
     ('[[hosts]]\naddress = "a"\n[[hosts]]\naddress = "a"\n', "duplicate host name 'a'"),
     ('[defaults]\nuser = 3\n[[hosts]]\naddress = "a"\n', "defaults.user: expected a user name (text), got int"),
     ('[defaults]\nname = "x"\n[[hosts]]\naddress = "a"\n', "defaults.name: unknown field"),

@@ -108,6 +108,8 @@ def run_solve(model, options, *, progress: bool, seed_orders=None, state=None):
 
 def _emit(doc: dict, as_json: bool, text: str) -> str | None:
     """Print the result; why standard output failed (full disk, closed pipe), or None."""
+    if sys.stdout is None:  # started with it closed (>&-): nothing could be printed
+        return "it is closed"
     try:
         typer.echo(json.dumps(doc, indent=1) if as_json else text)
         return None
