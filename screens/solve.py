@@ -174,8 +174,15 @@ class SolveScreen(ConsoleScreen):
     def action_review(self) -> None:
         self.app.switch_mode("rankmap")
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """While a solve runs, Solve shows dimmed in the footer (pressing it did nothing)."""
+        if action == "solve" and self.running:
+            return None
+        return True
+
     def _set_running(self, running: bool) -> None:
         self.running = running
+        self.refresh_bindings()
         self.query_one("#solve-run", Button).disabled = running
         self.query_one("#solve-cancel", Button).disabled = not running
 

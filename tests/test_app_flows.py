@@ -103,6 +103,7 @@ async def test_cancel_keeps_the_best_so_far_and_the_ui_stays_responsive():
         screen.query_one("#form-restarts", Input).value = "10000"  # long enough to cancel
         await pilot.press("ctrl+r")
         await wait_until(lambda: screen.query_one("#solve-status", Static).render().plain.startswith("best Comm"))
+        assert screen.check_action("solve", ()) is None  # dimmed in the footer while it runs
         started = time.monotonic()
         await pilot.press("escape")
         await wait_until(lambda: app.session.current is not None, timeout=20)
@@ -110,7 +111,7 @@ async def test_cancel_keeps_the_best_so_far_and_the_ui_stays_responsive():
         sol = app.session.current
         assert "cancelled" in sol.message
         assert np.isfinite(sol.fun) and sorted(sol.rank_map.tolist()) == list(range(64))
-        assert not screen.running
+        assert not screen.running and screen.check_action("solve", ()) is True
 
 
 async def test_a_cancelled_run_that_does_not_beat_the_plan_leaves_it_the_plan():
