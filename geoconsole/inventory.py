@@ -273,6 +273,8 @@ def _hostfile_entries(path: Path, text: str) -> list[tuple[str, dict[str, Any], 
         if "=" in host:
             raise InventoryError(f"{where}: expected 'host slots=N', got {line[:80]!r} (no host name first)")
         entry: dict[str, Any] = {"address": host}
+        if "@" in host:  # Open MPI's user@host: the login is the entry's user
+            entry["user"], _, entry["address"] = host.rpartition("@")
         for item in rest:
             key, sep, value = item.partition("=")
             if not sep or key not in ("slots", "max_slots"):

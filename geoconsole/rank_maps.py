@@ -43,9 +43,10 @@ def parse_rank_map(text: str, source: str) -> tuple[list[int], Any]:
     """``(ranks, document or None)`` from any accepted form (InputError naming ``source``)."""
     text = text.strip()
     # solve prints its rank_map=(...) at the start of a line: those come first
-    found = _RANK_MAP_LINE.search(text) or _RANK_MAP_TEXT.search(text)
+    at_line_start = _RANK_MAP_LINE.search(text)
+    pattern = _RANK_MAP_LINE if at_line_start else _RANK_MAP_TEXT
+    found = at_line_start or _RANK_MAP_TEXT.search(text)
     expected = f"{source}: expected rank_map=(...), a JSON list of ranks, or solve --json output"
-    pattern = _RANK_MAP_LINE if _RANK_MAP_LINE.search(text) else _RANK_MAP_TEXT
     maps = {" ".join(m.group(1).replace(",", " ").split()) for m in pattern.finditer(text)}
     if len(maps) > 1:  # which one was meant? (solve prints one)
         raise InputError(f"{source}: holds {len(maps)} different rank_map=(...) lines; keep the one to use")

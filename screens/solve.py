@@ -262,8 +262,8 @@ class SolveScreen(ConsoleScreen):
         if (r.status == CANCELLED and kept is not None and kept.digest == message.digest
                 and kept.workload == message.options.workload and kept.fun <= float(r.fun)):
             # a cancelled run that did not beat the plan does not replace it
-            self._show_solution(kept, note=f"cancelled at {float(r.fun):.2f} s, not below {kept.name}: "
-                                           f"the plan stays {kept.name}")
+            self._show_solution(kept, note=f"a cancelled run's best Comm {float(r.fun):.2f} s is not below "
+                                           f"{kept.name}'s {kept.fun:.2f} s: {kept.name} stays the plan")
             return
         number = len(self.session.solutions) + 1
         solution = Solution(

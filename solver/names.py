@@ -43,7 +43,7 @@ def name_problem(value: Any, kind: str = "host name", max_chars: int = MAX_HOST_
     if value.startswith("-"):
         return f"a {kind} may not start with '-' (it would read as an option), got {value[:80]!r}"
     if "@" in value and kind != "user name":  # ssh would take what precedes it as the login
-        return f"a {kind} may not hold '@' (it would name the login user; set the user instead), got {value[:80]!r}"
+        return f"a {kind} may not hold '@' (ssh would read what precedes it as the login user), got {value[:80]!r}"
     return _chars(value)
 
 

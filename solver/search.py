@@ -99,7 +99,7 @@ _MESSAGES = {
     CONVERGED: "search converged (no round improved the best {patience} times in a row)",
     BUDGET: "evaluation budget used up",
     TIME_LIMIT: "time limit reached; best placement so far",
-    CANCELLED: "cancelled (Ctrl-C, SIGTERM or the console's Cancel); best placement so far",
+    CANCELLED: "cancelled; best placement so far",
 }
 OPTIMAL_BY_BOUND = "optimal: Comm equals the lower bound"
 
@@ -470,8 +470,9 @@ def solve(
                 _starts_phase(run, model, rng, seed_orders)
             finally:
                 run.phase_deadline = None
-            while starter.is_alive():  # a cancel or the deadline ends the start (WorkerPool.start)
-                if run.should_stop():
+            while starter.is_alive():  # a cancel ends the start (the pool tests the deadline)
+                run.report()  # a callback raising StopIteration cancels
+                if run.status in (CANCELLED, OPTIMAL):
                     abandon.set()
                 starter.join(POLL_START_S)
             notes = pool.notes

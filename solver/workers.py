@@ -26,7 +26,7 @@ kernel chunks of about 20 ms, or device batches), so a cancel stops all of them 
 once; each then reports the best of its walk (after re-scoring its chains, a few ms). A worker that dies (killed, out of memory) is seen
 through its process sentinel, reported in ``Outcome.errors``, and the search goes on
 with the others; a worker that does not answer within ``STOP_GRACE_S`` of a stop is
-terminated.
+killed.
 
 With ``workers == 1`` the walks run in the calling process (same rounds, same streams,
 same result as one worker process).
@@ -49,7 +49,7 @@ from solver import anytime, native
 from solver.anytime import Walk, temper
 from solver.descent import Effort
 
-#: Seconds a stopped worker gets to hand back its best before it is terminated.
+#: Seconds a stopped worker gets to hand back its best before it is killed.
 STOP_GRACE_S = 5.0
 #: How often (seconds) the coordinating process polls its stop test while workers run.
 POLL_S = 0.05
@@ -141,12 +141,13 @@ def _start_helpers(ctx) -> None:
     except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
         valid = False
     saved = {name: os.environ.get(name) for name in ("PYTHONPATH", "PYTHONSAFEPATH")}
-    # Ctrl-C reaches the whole process group: the forkserver still importing its preload,
-    # or a worker starting up, printed a KeyboardInterrupt traceback. The forkserver is
-    # started with SIGINT blocked in this thread, a mask it keeps (fork and exec keep it)
-    # and hands to the workers it forks; the caller decides how to stop. (The resource
-    # tracker blocks and then unblocks SIGINT itself around its own start, so the mask is
-    # set after it.)
+    # Ctrl-C (and SIGTERM from ``timeout`` or a batch system) reaches the whole process
+    # group: the forkserver still importing its preload, or a worker starting up, printed
+    # a KeyboardInterrupt traceback, and SIGTERM ended them. The forkserver is started
+    # with both blocked in this thread, a mask it keeps (fork and exec keep it) and hands
+    # to the workers it forks; the caller decides how to stop. (The resource tracker
+    # blocks and then unblocks them itself around its own start, so the mask is set after
+    # it.)
     masked = hasattr(signal, "pthread_sigmask")
     blocked = None
     try:
@@ -161,7 +162,7 @@ def _start_helpers(ctx) -> None:
             path = saved["PYTHONPATH"]
             os.environ["PYTHONPATH"] = os.pathsep.join([root, path] if path else [root])
             if masked:
-                blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+                blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
             forkserver.ensure_running()
     finally:
         if blocked is not None:
@@ -226,9 +227,11 @@ def _worker_main(conn, stop_event, model, index: int, no_kernel: str | None = No
     if no_kernel is not None:
         native.disable(no_kernel)
     orphaned = _orphan_check()
-    # Ctrl-C in a terminal reaches the whole process group: the caller decides how to
-    # stop (it sets stop_event and keeps the best so far), so a worker ignores it.
+    # Ctrl-C in a terminal, and SIGTERM from ``timeout`` or a batch system, reach the whole
+    # process group: the caller decides how to stop (it sets stop_event and keeps the best
+    # so far), so a worker ignores both; the pool ends one that hangs with SIGKILL.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:  # the caller (a console's event loop) keeps priority over its workers
         os.nice(WORKER_NICE)
     except OSError:
@@ -268,11 +271,13 @@ class WorkerPool:
         """Start the worker processes (none for one worker); may run in a helper thread.
 
         If processes cannot be started, the walks run in this process and ``errors``
-        says why. Starting stops at ``deadline`` (``time.monotonic()``) or once
-        ``abandon()``: a process takes tens of milliseconds to start, so many more
-        workers than cores (``--workers 256`` on 2 cores: 18 s) would otherwise overrun a
-        time limit, and a cancel would wait for them all; the rounds then use those
-        started, and ``errors`` says how many."""
+        says why. Starting stops (after the first two) at ``deadline``
+        (``time.monotonic()``) or once ``abandon()`` (a cancel): a process takes tens of
+        milliseconds to start, so many more workers than cores (``--workers 256`` on 2
+        cores: 18 s) would otherwise overrun a time limit, and a cancel would wait for
+        them all; the rounds then use those started, and ``notes`` says how many.
+        Without a deadline and a cancel every worker starts (the output depends on the
+        worker count)."""
         try:
             self._start(deadline, abandon)
         except (OSError, RuntimeError, ValueError) as exc:
@@ -351,8 +356,8 @@ class WorkerPool:
                 stopped_at = time.monotonic()
             if stopped_at is not None and time.monotonic() - stopped_at > STOP_GRACE_S:
                 for w in sorted(pending):
-                    self.procs[w].terminate()
-                    self._lost(w, "did not stop in time and was terminated")
+                    self.procs[w].kill()  # it ignores SIGTERM (_worker_main)
+                    self._lost(w, "did not stop in time and was killed")
                 pending.clear()
         return results
 
@@ -403,7 +408,7 @@ class WorkerPool:
         for proc in self.procs:
             proc.join(timeout=1.0)
             if proc.is_alive():
-                proc.terminate()
+                proc.kill()  # it ignores SIGTERM (_worker_main)
                 proc.join(timeout=1.0)
         for conn in self.conns:
             conn.close()

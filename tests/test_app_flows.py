@@ -133,7 +133,7 @@ async def test_a_cancelled_run_that_does_not_beat_the_plan_leaves_it_the_plan():
         await wait_until(lambda: not screen.running, timeout=30)
         assert app.session.current is plan and len(app.session.solutions) == 1
         status = text_of(screen.query_one("#solve-status"))
-        assert f"not below {plan.name}: the plan stays {plan.name}" in status
+        assert f"is not below {plan.name}'s {plan.fun:.2f} s: {plan.name} stays the plan" in status
 
 
 async def test_progress_messages_coalesce():

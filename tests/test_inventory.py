@@ -69,10 +69,12 @@ def test_hostfile_slots_and_comments(tmp_path):
         worker-2 slots=2   # trailing comment
 
         worker-3
+        train@worker-4 slots=1   # Open MPI's user@host
         """)
     inv = load_inventory(path, ssh_config=None)
-    assert [h.name for h in inv.hosts] == ["worker-1", "worker-2", "worker-3"]
-    assert [h.gpus for h in inv.hosts] == [(0, 1, 2, 3), (0, 1), None]
+    assert [h.name for h in inv.hosts] == ["worker-1", "worker-2", "worker-3", "worker-4"]
+    assert [h.gpus for h in inv.hosts] == [(0, 1, 2, 3), (0, 1), None, (0,)]
+    assert inv.hosts[3].user == "train" and inv.hosts[3].address == "worker-4"
 
 
 def test_ssh_config_alias_resolves_address_user_port_identity(tmp_path):

@@ -436,9 +436,9 @@ def test_worker_processes_ignore_a_solver_package_in_the_current_directory(tmp_p
 
 
 def test_worker_processes_start_with_ctrl_c_blocked():
-    """Ctrl-C reaches the whole process group: the forkserver importing its preload, or a
-    worker starting up, printed KeyboardInterrupt tracebacks. Both start with SIGINT
-    blocked (the caller decides how to stop)."""
+    """Ctrl-C and SIGTERM reach the whole process group: the forkserver importing its
+    preload, or a worker starting up, printed KeyboardInterrupt tracebacks, and SIGTERM
+    ended the workers. Both start with the two blocked (the caller decides how to stop)."""
     import signal
 
     from solver.workers import WorkerPool
@@ -450,10 +450,19 @@ def test_worker_processes_start_with_ctrl_c_blocked():
         for proc in pool.procs:
             with open(f"/proc/{proc.pid}/status") as status:
                 blocked = int(next(x for x in status if x.startswith("SigBlk:")).split()[1], 16)
-            assert blocked & (1 << (signal.SIGINT - 1)), proc.name
-        assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # ours is as it was
+            assert blocked & (1 << (signal.SIGINT - 1)) and blocked & (1 << (signal.SIGTERM - 1)), proc.name
+        assert not {signal.SIGINT, signal.SIGTERM} & signal.pthread_sigmask(signal.SIG_BLOCK, [])  # ours as it was
     finally:
         pool.close()
+
+
+def test_without_a_time_limit_every_worker_starts_and_the_answer_is_repeatable():
+    """The default budget is spent by the starts before the rounds: that must not stop
+    the workers from starting (a first build did, so a cold start ran 2 of 4)."""
+    model = _geo_model(21, 4, 6)
+    runs = [solve(model, seed=0, workers=4, restarts=1) for _ in range(2)]
+    assert all("started before" not in r.message for r in runs), runs[0].message
+    assert np.array_equal(runs[0].x, runs[1].x) and runs[0].nfev == runs[1].nfev
 
 
 def test_starting_workers_stops_at_the_deadline_or_a_cancel():

@@ -7,6 +7,7 @@ asyncssh or textual.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from contextlib import contextmanager
@@ -48,9 +49,9 @@ def _interruptible():
     def handler(signum, frame):
         state["signals"] += 1
         state["stop"] = True
-        if state["signals"] == 2:
-            print("stopping: the best placement so far is printed in a moment "
-                  "(Ctrl-C again quits without it)", file=sys.stderr, flush=True)
+        if state["signals"] == 2:  # os.write: print() here could re-enter a write under way
+            os.write(2, b"stopping: the best placement so far is printed in a moment "
+                        b"(Ctrl-C again quits without it)\n")
         elif state["signals"] > 2:
             raise KeyboardInterrupt
 
@@ -147,7 +148,6 @@ def solve_command(
     no_advice: bool = NO_ADVICE,
 ) -> None:
     """Solve the placement: print Comm, baselines, lower bound, locality and rank_map=(...)."""
-    from geoconsole.report import format_solve, solve_json
     from geoconsole.solving import SolveOptions, cost_model
 
     if record is not None:  # before the search, not after it
@@ -208,7 +208,7 @@ def _solve_advice(fabric, prepared, model, outcome, options, compare_seeds, step
             workers=options.workers, should_stop=should_stop)}
     prepare["regions"] = parse_regions(prepare["regions"])
     items = advice.for_solve(prepared.fabric, model, outcome.result, outcome.baselines, outcome.bound,
-                             seed_comms=comms, step_compute_s=step_compute_s,
+                             seed_comms=comms, step_compute_s=step_compute_s, check_device=not should_stop(),
                              without=advice.spare_without(fabric, model.workload, **prepare))
     doc: dict = {"advice": with_hints(items)}
     if comms:
