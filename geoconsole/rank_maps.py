@@ -18,13 +18,17 @@ from geoconsole.errors import InputError
 _RANK_MAP_TEXT = re.compile(r"rank_map=\(([^)]*)\)")
 _RANK_MAP_LINE = re.compile(r"^[ \t]*rank_map=\(([^)]*)\)", re.MULTILINE)
 _INLINE = re.compile(r"[\d,\s]+")
+_LISTLIKE = re.compile(r"[\w,\s.+-]+")
 #: Largest rank map accepted (a fabric this large would not fit in memory anyway).
 MAX_RANKS = 1_000_000
 
 
 def rank_map_text(value: str) -> tuple[str, str]:
     """``(text, source)`` of a rank map value: the value itself, or the file it names."""
-    if _INLINE.fullmatch(value) or "rank_map=" in value:
+    # inline: digits and commas, a rank_map=(...), a JSON list, or something list-like that
+    # is not a file (-1,0,1 / 0,1.5): the parser names what is wrong with it
+    listlike = "," in value and _LISTLIKE.fullmatch(value) and not Path(value).exists()
+    if _INLINE.fullmatch(value) or "rank_map=" in value or value.lstrip().startswith("[") or listlike:
         return value, "rank map"
     from solver.files import read_text
 
@@ -100,7 +104,28 @@ def solution_for(value: str, fabric):
             fabric = fabric.subset(rows)
     if len(ranks) != fabric.n:
         raise InputError(f"{source}: {len(ranks)} ranks for {fabric.n} devices in the fabric")
+    other = _other_devices(doc, fabric)
+    if other is not None:
+        raise InputError(f"{source}: solved on other devices than this fabric's ({other}); "
+                         "solve again on this fabric")
     return fabric, ranks
+
+
+def _other_devices(doc: Any, fabric) -> str | None:
+    """Where a solve --json document's stage groups name other devices than ``fabric``'s
+    rows (a document from another fabric), or None. Documents without stage groups
+    (other JSON) are not checked."""
+    groups = doc.get("score", {}).get("stage_groups") if isinstance(doc, dict) else None
+    if not isinstance(groups, list):
+        return None
+    for g in groups:
+        rows, names = (g.get("devices"), g.get("names")) if isinstance(g, dict) else (None, None)
+        if not isinstance(rows, list) or not isinstance(names, list) or len(rows) != len(names):
+            continue
+        for row, name in zip(rows, names):
+            if isinstance(row, int) and 0 <= row < fabric.n and fabric.device_name(row) != name:
+                return f"row {row} is {fabric.device_name(row)!r} here, {str(name)[:80]!r} there"
+    return None
 
 
 def read_rank_map_file(path: str, n: int) -> list[int]:

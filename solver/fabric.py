@@ -290,6 +290,10 @@ def _nearest(key: str, known) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+#: Largest GPU index or CPU slot of a device row (as an inventory's GPU list).
+MAX_INDEX = 65535
+
+
 def _parse_devices(raw: Any, n: int, src: str) -> tuple[Device, ...]:
     if not isinstance(raw, list) or len(raw) != n:
         got = len(raw) if isinstance(raw, list) else type(raw).__name__
@@ -308,11 +312,13 @@ def _parse_devices(raw: Any, n: int, src: str) -> tuple[Device, ...]:
         if why:
             raise FabricError(f"{src}: devices[{i}].host: {why}")
         gpu = d.get("gpu")
-        if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0):
-            raise FabricError(f"{src}: devices[{i}].gpu: expected an index >= 0 or null, got {gpu!r}")
+        if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu <= MAX_INDEX):
+            raise FabricError(f"{src}: devices[{i}].gpu: expected an index 0-{MAX_INDEX} or null, got {gpu!r}")
         slot = d.get("slot")
-        if slot is not None and (isinstance(slot, bool) or not isinstance(slot, int) or slot < 0 or gpu is not None):
-            raise FabricError(f"{src}: devices[{i}].slot: expected an index >= 0 on a CPU row (gpu null), got {slot!r}")
+        if slot is not None and (isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot <= MAX_INDEX
+                                 or gpu is not None):
+            raise FabricError(f"{src}: devices[{i}].slot: expected an index 0-{MAX_INDEX} on a CPU row (gpu null), "
+                              f"got {slot!r}")
         if gpu is not None or slot is not None:  # one row per GPU (or CPU slot) of a host
             key = (d["host"], "GPU" if gpu is not None else "slot", gpu if gpu is not None else slot)
             if key in seen:

@@ -145,6 +145,16 @@ def test_score_agrees_with_solve(ww_path, tmp_path):
         assert json.loads(result.stdout)["comm_s"] == doc["score"]["comm_s"]
     identity = run("score", "--matrix", ww_path, *WW, "--rank-map", ",".join(map(str, range(64))))
     assert identity.exit_code == 0 and "Comm" in identity.stdout
+    # the same document on another fabric of as many devices names what differs
+    other = tmp_path / "other.json"
+    fabric = worldwide_fabric()
+    from solver.fabric import Device
+
+    renamed = [Device(f"z{i // 8}", i % 8, d.region, d.zone, d.network_group) for i, d in enumerate(fabric.devices)]
+    type(fabric)(fabric.alpha_ms, fabric.beta_gbps, fabric.labels, tuple(renamed), fabric.measured_at,
+                 fabric.meta, fabric.extras, fabric.source).save(other)
+    line = one_line_error(run("score", "--matrix", other, *WW, "--rank-map", saved))
+    assert "solved on other devices than this fabric's (row " in line and "'z" in line
 
 
 @pytest.mark.parametrize("rank_map, message", [

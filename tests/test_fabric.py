@@ -48,6 +48,8 @@ MALFORMED = [
     ("empty", {"labels": [], "alpha_ms": [], "beta_gbps": []}, "needs at least one device"),
     ("bad devices", {**GOOD, "devices": [{"host": "a"}] * 3}, "devices: expected a list of 4 entries"),
     ("bad gpu", {**GOOD, "devices": [{"host": "a", "gpu": -1}] * 4}, "devices[0].gpu"),
+    ("huge gpu", {**GOOD, "devices": [{"host": "a", "gpu": 10**19 + g} for g in range(4)]},
+     "devices[0].gpu: expected an index 0-65535"),
     ("one GPU twice", {**GOOD, "devices": [{"host": "a", "gpu": 0}, {"host": "a", "gpu": 1},
                                            {"host": "b", "gpu": 0}, {"host": "a", "gpu": 1}]},
      "devices[3]: a GPU 1 is also devices[1]"),

@@ -89,7 +89,7 @@ def test_every_value_is_quoted_for_the_remote_shell():
                       workdir="/data/my run", env={"NOTE": "it's `here`"})
     cmd = plan.shell_command(1)
     words = shlex.split(cmd)
-    assert words[:3] == ["cd", "/data/my run", "&&"]
+    assert words[:4] == ["cd", "--", "/data/my run", "&&"]  # -- : a workdir may start with -
     assert evil in words and "$(id)" in words and "NOTE=it's `here`" in words
     assert quote("=eth0") == "'=eth0'" and quote("a b") == "'a b'"
 
@@ -142,3 +142,26 @@ def test_describe_shows_every_rank_and_the_rendezvous():
     lines = describe(build_plan([3, 2, 0, 1], DEVICES, HOSTS, ["t.py"]))
     assert lines[0].startswith("rendezvous 10.0.0.2:29500 on b")
     assert sum(line.startswith("rank") for line in lines) == 4
+
+
+@pytest.mark.parametrize("key", ["RANK", "WORLD_SIZE", "MASTER_ADDR", "CUDA_VISIBLE_DEVICES", "NCCL_SOCKET_IFNAME"])
+def test_env_may_not_replace_what_the_plan_sets(key):
+    """--env RANK=0 gave every rank rank 0 (and CUDA_VISIBLE_DEVICES=7 every rank GPU 7)."""
+    with pytest.raises(LaunchError, match=f"env {key}: the plan sets it"):
+        build_plan([0, 1, 2, 3], DEVICES, HOSTS, ["t.py"], mode="env", env={key: "0"})
+
+
+@pytest.mark.parametrize("where", ["env", "workdir", "command"])
+def test_a_line_break_in_a_value_is_refused_where_it_is_given(where):
+    """A line break split the exported script's lines (the export's read-back then failed
+    with "No closing quotation"; the dry run printed a command over two lines)."""
+    kwargs = {"env": {"NOTE": "a\nb"}} if where == "env" else {"workdir": "/a\nb"} if where == "workdir" else {}
+    command = ["t.py", "--x\n--y"] if where == "command" else ["t.py"]
+    with pytest.raises(LaunchError, match="line break") as info:
+        build_plan([0, 1, 2, 3], DEVICES, HOSTS, command, **kwargs)
+    assert info.value.field == where
+
+
+def test_a_workdir_that_starts_with_a_dash_is_not_an_option_of_cd():
+    plan = build_plan([0, 1, 2, 3], DEVICES, HOSTS, ["t.py"], workdir="-x")
+    assert shlex.split(plan.shell_command(0))[:3] == ["cd", "--", "-x"]

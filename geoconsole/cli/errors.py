@@ -52,7 +52,7 @@ def exit_code_for(exc: BaseException) -> ExitCode:
 #: the message; any other replaces the field's name that starts the message, or leads it.
 FLAGS = {
     "estimate": "--estimate", "group_locality": "--group-locality", "regions": "--regions",
-    "exclude": "--exclude", "mode": "--mode", "backend": "--backend", "port": "--port", "env": "--env",
+    "exclude": "--exclude", "mode": "--mode", "backend": "--backend", "port": "--port", "env": "--env", "workdir": "--workdir",
     "interface": "--interface", "shape": "(--pp, --dp)", "fill_missing": "(--fill-missing)",
 }
 

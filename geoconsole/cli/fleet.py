@@ -13,6 +13,8 @@ from typing import Any, Optional
 
 import typer
 
+from solver.files import shown
+
 from geoconsole.cli.errors import UserError, cli_errors, flag
 from geoconsole.cli.exitcodes import ExitCode
 
@@ -239,7 +241,7 @@ def _refresh(hosts, pool, settings, labels, path: Path, solution: Optional[Path]
                         ExitCode.INTERRUPTED)
     if out is not None:
         merged(fabric, new, drifts).save(out, inputs=[("--solution", solution)])
-        print(f"wrote {out}")
+        print(f"wrote {shown(out)}")
     if any(d.change != d.change for d in drifts):
         raise UserError("some links could not be re-measured (see above)", ExitCode.REMOTE)
     if moved:
@@ -383,7 +385,7 @@ def _summary(fabric, done, out: Path) -> None:
     also = f", {guessed} inferred (not measured)" if guessed else ""
     print(f"measured {len(measured)} of {n * (n - 1)} directional pairs{also} on {n} devices{elapsed}"
           f" ({probe.get('rounds')} rounds, strategy {probe.get('strategy', 'all')})"
-          + (f"; wrote {out}" if out is not None else ""))
+          + (f"; wrote {shown(out)}" if out is not None else ""))
     slowest = sorted(measured, key=lambda p: fabric.beta_gbps[p])[:5]
     if slowest:
         print("slowest links:")

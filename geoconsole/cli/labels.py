@@ -13,6 +13,8 @@ from typing import Optional
 
 import typer
 
+from solver.files import shown
+
 from geoconsole.cli.advice import EXCLUDE
 from geoconsole.cli.errors import UserError, cli_errors
 from geoconsole.cli.options import JSON_OUT, MATRIX, load_fabric
@@ -168,7 +170,7 @@ def suggest_command(
     for note in kept:
         typer.echo(note)
     if apply:
-        typer.echo(f"applied {applied} suggested network groups; wrote {out}")
+        typer.echo(f"applied {applied} suggested network groups; wrote {shown(out)}")
 
 
 def _print_suggestions(fabric: Fabric, found) -> None:
@@ -215,7 +217,7 @@ def set_command(
         _set_labels(fabric, save, matrix, host, gpu, changes)
     what = ", ".join(f"{f}={v or '(cleared)'}" for f, v in changes.items())
     typer.echo(f"set {what} on {len(host)} host{'s' if len(host) != 1 else ''}"
-               f"{f' (GPU {gpu})' if gpu is not None else ''}; wrote {out}")
+               f"{f' (GPU {gpu})' if gpu is not None else ''}; wrote {shown(out)}")
 
 
 def _set_labels(fabric, save, matrix, host, gpu, changes) -> None:
@@ -259,7 +261,7 @@ def fill_command(
     if as_json:
         typer.echo(json.dumps({"out": str(out), "filled_pairs": count, "estimated_pairs": total}))
         return
-    typer.echo(f"filled {count} unmeasured pairs ({total} estimated in all); wrote {out}")
+    typer.echo(f"filled {count} unmeasured pairs ({total} estimated in all); wrote {shown(out)}")
 
 
 # -- select --------------------------------------------------------------------------
@@ -304,7 +306,7 @@ def select_command(
         for row, why in chosen.left_out:
             typer.echo(f"  {row} {fabric.device_name(row)}: {why}")
     if out is not None:
-        typer.echo(f"wrote {out} ({len(chosen.rows)} devices)")
+        typer.echo(f"wrote {shown(out)} ({len(chosen.rows)} devices)")
 
 
 def register(app: typer.Typer) -> None:

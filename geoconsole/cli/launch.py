@@ -13,6 +13,8 @@ from typing import List, Optional
 
 import typer
 
+from solver.files import shown
+
 from geoconsole.cli.advice import NO_ADVICE, STRICT
 from geoconsole.cli.errors import UserError, cli_errors, flag
 from geoconsole.cli.exitcodes import ExitCode
@@ -95,7 +97,7 @@ def _plan(fabric, ranks, hosts, command, *, mode, backend, port, workdir, env, i
         return build_plan(ranks, fabric.devices, hosts, command, mode=mode, backend=backend,
                           port=port, workdir=workdir, env=env, interfaces=ifaces)
     except LaunchError as exc:
-        if exc.field == "command":
+        if exc.field == "command" and not command:
             raise UserError("command: give the training command after '--', e.g. -- train.py --steps 10") from None
         raise
 
@@ -345,7 +347,7 @@ def export_command(
     if Path(rank_map).exists():
         inputs.append(("--rank-map", rank_map))
     write_text(output, text, inputs=inputs, mode=0o755 if fmt == "torchrun" else None)
-    typer.echo(f"wrote {output} ({fmt}, {plan.world_size} ranks)", err=True)
+    typer.echo(f"wrote {shown(output)} ({fmt}, {plan.world_size} ranks)", err=True)
 
 
 def validate_command(

@@ -45,7 +45,7 @@ def _rank_line(p: Process, master_addr: str, service: str, workdir: str | None) 
     cmd = "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + \
         " ".join(shlex.quote(a) for a in argv)
     if workdir:
-        cmd = f"cd {shlex.quote(workdir)} && {cmd}"
+        cmd = f"cd -- {shlex.quote(workdir)} && {cmd}"
     tag = shlex.quote(f"[rank {p.rank} {p.host}]")
     return (f'{{ ( {cmd} ) 2>&1; echo "{_EXIT} $?"; }} | prefix {tag} &  # rank {p.rank}\n'
             'pids="$pids $!"')

@@ -115,7 +115,7 @@ class Process:
         parts += [f"{k}={quote(v)}" for k, v in self.env]
         parts += [quote(a) for a in self.argv]
         cmd = " ".join(parts)
-        return f"cd {quote(workdir)} && {cmd}" if workdir else cmd
+        return f"cd -- {quote(workdir)} && {cmd}" if workdir else cmd
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -207,10 +207,22 @@ def _check_rank_map(rank_map: Sequence[int], n: int) -> list[int]:
     return ranks
 
 
+#: Variables the plan sets itself (rank, world, rendezvous, GPU, interface): an --env
+#: value for one would silently replace the rank map's placement.
+PLAN_ENV = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                      "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
+                      "GEOCONSOLE_HOST_ADDR"})
+
+
 def _check_env(env: Mapping[str, str]) -> None:
-    for k in env:
+    for k, v in env.items():
         if not _ENV_NAME.match(k):
             raise LaunchError(f"env {k!r}: not a valid environment variable name", "env")
+        if k in PLAN_ENV:
+            raise LaunchError(f"env {k}: the plan sets it for each rank (from the rank map, the fabric and "
+                              "the inventory); it cannot be given", "env")
+        if any(c in str(v) for c in "\n\r\0"):
+            raise LaunchError(f"env {k}: the value holds a line break or NUL", "env")
 
 
 def _check_interface(value: str | None, where: str) -> None:
@@ -254,6 +266,11 @@ def build_plan(
     command = tuple(str(a) for a in command)
     if not command or not command[0]:
         raise LaunchError("command: give the training command, e.g. train.py --steps 10", "command")
+    for k, arg in enumerate(command):  # a line break would split the exported script's lines
+        if any(c in arg for c in "\n\r\0"):
+            raise LaunchError(f"command: argument {k + 1} holds a line break or NUL", "command")
+    if workdir is not None and any(c in workdir for c in "\n\r\0"):
+        raise LaunchError("workdir: holds a line break or NUL", "workdir")
     env = dict(env or {})
     _check_env(env)
     interfaces = dict(interfaces or {})

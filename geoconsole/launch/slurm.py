@@ -155,7 +155,7 @@ def _task_line(p: Process, node: str, common: set[str], workdir: str | None, bac
     argv = " ".join(shlex.quote(a) for a in p.argv)
     run = f"exec env {env} {argv}" if env else f"exec {argv}"
     if workdir:
-        run = f"cd {shlex.quote(workdir)} && {run}"
+        run = f"cd -- {shlex.quote(workdir)} && {run}"
     check = (f'[ "${{SLURMD_NODENAME:-}}" = {shlex.quote(node)} ] || '
              f'misplaced {p.rank} {shlex.quote(node)}')
     return f"{p.rank}) {check}; {found}{run} ;;"
