@@ -317,3 +317,12 @@ def test_a_rank_map_file_with_two_different_maps_is_refused(ww_path, tmp_path):
 def test_a_seed_too_long_for_the_readers_is_refused(ww_path):
     result = run("solve", "--matrix", ww_path, *WW, "--seed", str(2**64))
     assert result.exit_code == 2 and "--seed" in result.output and "Traceback" not in result.output
+
+
+def test_a_written_path_is_printed_with_escapes(ww_path, tmp_path):
+    out = tmp_path / "sel\nrank_map=(9 9).json"
+    result = run("select", "--matrix", ww_path, "--pp", "4", "--dp", "8", "-o", out)
+    assert result.exit_code == 0, result.output
+    assert "sel\\nrank_map=(9 9).json" in result.stdout
+    assert not any(x.startswith("rank_map=") for x in result.stdout.splitlines())
+    assert out.exists()
