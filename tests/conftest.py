@@ -52,3 +52,13 @@ def emulated_fleet():
         yield fleet
     finally:
         fleet.teardown()
+
+
+@pytest.fixture(scope="module")
+def ww_path(tmp_path_factory):
+    """The world-wide demo fabric as a file (the CLI tests' --matrix)."""
+    from geoconsole.demo_fabrics import worldwide_fabric
+
+    path = tmp_path_factory.mktemp("fabric") / "worldwide.json"
+    worldwide_fabric().save(path)
+    return path

@@ -63,16 +63,22 @@ async def test_small_terminal_aggregates_cells_by_label():
         assert "label Oregon" in details and "label Virginia" in details and "64 pairs, 64 measured" in details
 
 
+async def _solve_the_starts(app, pilot):
+    """On Solve, a search of the topology starts alone (a second); returns the screen."""
+    await pilot.press("4")
+    await pilot.pause()
+    screen = app.screen
+    screen.query_one("#form-budget", Input).value = "200"
+    screen.query_one("#form-restarts", Input).value = "0"
+    await pilot.press("ctrl+r")
+    await wait_until(lambda: app.session.current is not None and not screen.running)
+    return screen
+
+
 async def test_solve_then_review_shows_the_reference_layout():
     app = demo_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("4")
-        await pilot.pause()
-        screen = app.screen
-        screen.query_one("#form-budget", Input).value = "200"
-        screen.query_one("#form-restarts", Input).value = "0"
-        await pilot.press("ctrl+r")
-        await wait_until(lambda: app.session.current is not None)
+        screen = await _solve_the_starts(app, pilot)
         sol = app.session.current
         # The score shown is the score of the rank map, recomputed from scratch.
         model = CostModel.from_fabric(app.session.fabric, app.session.workload)
@@ -118,13 +124,7 @@ async def test_a_cancelled_run_that_does_not_beat_the_plan_leaves_it_the_plan():
     """Esc moments after ctrl+r left a cancelled 65 s run as the plan over a 47 s one."""
     app = demo_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("4")
-        await pilot.pause()
-        screen = app.screen
-        screen.query_one("#form-budget", Input).value = "200"
-        screen.query_one("#form-restarts", Input).value = "0"
-        await pilot.press("ctrl+r")
-        await wait_until(lambda: app.session.current is not None and not screen.running)
+        screen = await _solve_the_starts(app, pilot)
         plan = app.session.current
         screen.query_one("#form-budget", Input).value = "500000000"
         screen.query_one("#form-restarts", Input).value = "10000"

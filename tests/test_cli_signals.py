@@ -10,16 +10,8 @@ import time
 
 import pytest
 
-from geoconsole.demo_fabrics import worldwide_fabric
 
 WW = ["--pp", "8", "--dp", "8", "--c-pp", "0.512", "--c-dp", "0.65"]
-
-
-@pytest.fixture(scope="module")
-def ww_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("fabric") / "worldwide.json"
-    worldwide_fabric().save(path)
-    return path
 
 
 def _solve(ww_path, *args, **popen):

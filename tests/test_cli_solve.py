@@ -14,13 +14,6 @@ runner = CliRunner()
 WW = ["--pp", "8", "--dp", "8", "--c-pp", "0.512", "--c-dp", "0.65"]
 
 
-@pytest.fixture(scope="module")
-def ww_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("fabric") / "worldwide.json"
-    worldwide_fabric().save(path)
-    return path
-
-
 def run(*args):
     return runner.invoke(app, ["--headless", *map(str, args)])
 

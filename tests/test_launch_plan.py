@@ -152,13 +152,17 @@ def test_env_may_not_replace_what_the_plan_sets(key):
 
 
 @pytest.mark.parametrize("where", ["env", "workdir", "command"])
-def test_a_line_break_in_a_value_is_refused_where_it_is_given(where):
-    """A line break split the exported script's lines (the export's read-back then failed
-    with "No closing quotation"; the dry run printed a command over two lines)."""
+def test_a_line_break_is_data_for_a_launch_and_refused_for_a_script_export(where):
+    """An exported script is read back line by line: a line break failed its read-back
+    with "No closing quotation". An SSH launch passes it through quoted."""
+    from geoconsole.launch.plan import check_one_line
+
     kwargs = {"env": {"NOTE": "a\nb"}} if where == "env" else {"workdir": "/a\nb"} if where == "workdir" else {}
     command = ["t.py", "--x\n--y"] if where == "command" else ["t.py"]
-    with pytest.raises(LaunchError, match="line break") as info:
-        build_plan([0, 1, 2, 3], DEVICES, HOSTS, command, **kwargs)
+    plan = build_plan([0, 1, 2, 3], DEVICES, HOSTS, command, **kwargs)
+    assert "\n" in plan.shell_command(0)  # inside quotes: data
+    with pytest.raises(LaunchError, match="line break or NUL, which an exported script cannot hold") as info:
+        check_one_line(plan)
     assert info.value.field == where
 
 

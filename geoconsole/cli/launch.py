@@ -334,8 +334,11 @@ def export_command(
         command = ["<command>"]
     plan = _plan(fabric, ranks, hosts, command or ["<command>"], mode=mode, backend=backend,
                  port=port, workdir=workdir, env=_env(env), interface=interface)
+    from geoconsole.launch.plan import check_one_line
     from geoconsole.launch.slurm import node_map
 
+    if fmt in ("torchrun", "k8s"):  # export checks it too; here the error names the flag
+        check_one_line(plan)
     with flag(f"--format {fmt}"):
         text = export(plan, fmt, image=image, name=job_name, nodes=node_map(inv, "k8s_node"))
     if parse(text, fmt) != plan_slots(plan):  # an export must read back to the same mapping

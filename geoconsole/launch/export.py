@@ -82,6 +82,10 @@ def export(plan: LaunchPlan, fmt: str, *, image: str | None = None, name: str = 
     are the k8s format's."""
     if fmt not in FORMATS:
         raise ExportError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    if fmt in ("torchrun", "k8s"):  # scripts, read back line by line
+        from geoconsole.launch.plan import check_one_line
+
+        check_one_line(plan)
     if fmt == "k8s":
         from geoconsole.launch.k8s import export_k8s
 

@@ -221,13 +221,29 @@ def _check_env(env: Mapping[str, str]) -> None:
         if k in PLAN_ENV:
             raise LaunchError(f"env {k}: the plan sets it for each rank (from the rank map, the fabric and "
                               "the inventory); it cannot be given", "env")
-        if any(c in str(v) for c in "\n\r\0"):
-            raise LaunchError(f"env {k}: the value holds a line break or NUL", "env")
 
 
 def _check_interface(value: str | None, where: str) -> None:
     if value is not None and not _IFACE.match(value):
         raise LaunchError(f"{where}: {value!r}: not an interface name", "interface")
+
+
+def check_one_line(plan: "LaunchPlan") -> None:
+    """LaunchError unless the command, ``--workdir`` and ``--env`` values hold no line
+    break or NUL. An SSH launch or a Slurm step passes such values through quoted, as
+    data; a script export (torchrun script, k8s pod script) is read back line by line and
+    cannot hold them (it failed with "No closing quotation")."""
+    bad = "\n\r\0"
+    for k, arg in enumerate(plan.command):
+        if any(c in arg for c in bad):
+            raise LaunchError(f"command: argument {k + 1} holds a line break or NUL, "
+                              "which an exported script cannot hold", "command")
+    if plan.workdir is not None and any(c in plan.workdir for c in bad):
+        raise LaunchError("workdir: holds a line break or NUL, which an exported script cannot hold", "workdir")
+    for key, value in (plan.processes[0].env if plan.processes else ()):
+        if any(c in str(value) for c in bad):
+            raise LaunchError(f"env {key}: the value holds a line break or NUL, "
+                              "which an exported script cannot hold", "env")
 
 
 def default_backend(devices: Sequence[Any]) -> str:
@@ -266,11 +282,6 @@ def build_plan(
     command = tuple(str(a) for a in command)
     if not command or not command[0]:
         raise LaunchError("command: give the training command, e.g. train.py --steps 10", "command")
-    for k, arg in enumerate(command):  # a line break would split the exported script's lines
-        if any(c in arg for c in "\n\r\0"):
-            raise LaunchError(f"command: argument {k + 1} holds a line break or NUL", "command")
-    if workdir is not None and any(c in workdir for c in "\n\r\0"):
-        raise LaunchError("workdir: holds a line break or NUL", "workdir")
     env = dict(env or {})
     _check_env(env)
     interfaces = dict(interfaces or {})
