@@ -319,3 +319,10 @@ def test_a_written_path_is_printed_with_escapes(ww_path, tmp_path):
     assert "sel\\nrank_map=(9 9).json" in result.stdout
     assert not any(x.startswith("rank_map=") for x in result.stdout.splitlines())
     assert out.exists()
+
+
+def test_export_to_a_dash_writes_standard_output(ww_path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run("export", "--matrix", ww_path, "-r", ",".join(map(str, range(64))), "-f", "json", "-o", "-")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["world_size"] == 64 and not (tmp_path / "-").exists()

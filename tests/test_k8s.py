@@ -82,6 +82,12 @@ def test_a_bad_node_name_is_refused():
         export(_plan(), "k8s", image=IMAGE, nodes={"node0": "Bad_Node"})
 
 
+@pytest.mark.parametrize("image", ["img\nx", "img x", "-img", "i" * 513])
+def test_an_image_that_is_no_reference_is_refused(image):
+    with pytest.raises(ExportError, match="k8s: image"):
+        export(_plan(), "k8s", image=image)
+
+
 def test_each_pod_script_starts_its_ranks(tmp_path):
     """Run every pod's script with sh, the command a program printing its environment."""
     devices = [Device(f"node{i // 2}", i % 2) for i in range(4)]

@@ -302,7 +302,7 @@ def export_command(
     matrix: Path = MATRIX,
     rank_map: str = RANK_MAP,
     fmt: str = typer.Option("json", "--format", "-f", help="torchrun | slurm | rankfile | json"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here (default: standard output)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here (default, or -: standard output)."),
     command: List[str] = typer.Argument(None, help="The training command, after '--' (torchrun and json formats)."),
     inventory: Optional[Path] = INVENTORY,
     mode: str = MODE,
@@ -343,7 +343,7 @@ def export_command(
         text = export(plan, fmt, image=image, name=job_name, nodes=node_map(inv, "k8s_node"))
     if parse(text, fmt) != plan_slots(plan):  # an export must read back to the same mapping
         raise ExportError(f"--format {fmt}: the export does not read back to the plan")
-    if output is None:
+    if output is None or str(output) == "-":  # -o -: standard output, as the help says by default
         typer.echo(text, nl=False)
         return
     inputs = [("--matrix", matrix), ("--inventory", inventory)]

@@ -84,6 +84,9 @@ def export_k8s(plan: LaunchPlan, *, image: str | None, name: str = "geoconsole",
     Kubernetes node name (the inventory's ``k8s_node``; else the host name)."""
     if not image:
         raise _error("k8s: needs the container image the ranks run in")
+    if len(image) > 512 or image.startswith("-") or any(c.isspace() or not c.isprintable() for c in image):
+        raise _error(f"k8s: image {image[:80]!r}: a reference such as registry/repo:tag or repo@sha256:..., "
+                     "no whitespace or control characters, not starting with '-', at most 512 characters")
     if not _LABEL_NAME.match(name):
         raise _error(f"k8s: name {name!r}: lowercase letters, digits and '-', at most 42 characters")
     nodes = nodes or {}
