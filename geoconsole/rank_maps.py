@@ -111,6 +111,19 @@ def solution_for(value: str, fabric):
     return fabric, ranks
 
 
+def solved_shape(value: str) -> tuple[int, int] | None:
+    """``(D_PP, D_DP)`` of the workload a solve --json rank map was solved for, or None
+    (another form, or no such workload)."""
+    text, source = rank_map_text(value)
+    _ranks, doc = parse_rank_map(text, source)
+    w = doc.get("workload") if isinstance(doc, dict) else None
+    if not isinstance(w, dict):
+        return None
+    pp, dp = w.get("d_pp"), w.get("d_dp")
+    ok = all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in (pp, dp))
+    return (pp, dp) if ok else None
+
+
 def _other_devices(doc: Any, fabric) -> str | None:
     """Where a solve --json document's stage groups name other devices than ``fabric``'s
     rows (a document from another fabric), or None. Documents without stage groups

@@ -326,3 +326,14 @@ def test_export_to_a_dash_writes_standard_output(ww_path, tmp_path, monkeypatch)
     result = run("export", "--matrix", ww_path, "-r", ",".join(map(str, range(64))), "-f", "json", "-o", "-")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["world_size"] == 64 and not (tmp_path / "-").exists()
+
+
+def test_score_takes_the_shape_of_a_solve_document(ww_path, tmp_path):
+    """Without --pp / --dp, score used 8 x 8 on a 4 x 16 solution: another Comm."""
+    solved = run("solve", "--matrix", ww_path, "--pp", "4", "--dp", "16", "--c-pp", "0.512", "--c-dp", "0.65",
+                 "--budget", "2000", "--restarts", "0", "--baseline-samples", "0", "--workers", "1", "--json")
+    saved = tmp_path / "solution.json"
+    saved.write_text(solved.stdout)
+    result = run("score", "--matrix", ww_path, "--c-pp", "0.512", "--c-dp", "0.65", "-r", saved, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["comm_s"] == json.loads(solved.stdout)["score"]["comm_s"]

@@ -267,11 +267,13 @@ def score_command(
 
     from geoconsole.report import format_rank_map, format_score, score_json
 
-    from geoconsole.rank_maps import solution_for
+    from geoconsole.rank_maps import solution_for, solved_shape
     from geoconsole.solving import cost_model
 
     fabric = load_fabric(matrix)
     fabric, ranks = solution_for(rank_map, fabric)
+    if pp is None and dp is None:  # a solve --json document: the shape it was solved for
+        pp, dp = solved_shape(rank_map) or (None, None)
     workload = workload_for(fabric.n, str(fabric.source), pp, dp, c_pp, c_dp, pp_messages, dp_messages)
     model = cost_model(fabric, workload)
     try:
