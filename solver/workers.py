@@ -244,14 +244,14 @@ def _worker_main(conn, stop_event, model, index: int, no_kernel: str | None = No
     while True:
         try:
             msg = conn.recv()
-        except EOFError:
-            return
-        if msg[0] != "walk":
-            return
-        _, k, grid, fun, plan = msg
-        done = _one_walk(model, index, k, grid, fun, plan, stop,
-                         lambda f: conn.send(("best", index, f, time.monotonic())), memory)
-        conn.send(("done", index, k, done))
+            if msg[0] != "walk":
+                return
+            _, k, grid, fun, plan = msg
+            done = _one_walk(model, index, k, grid, fun, plan, stop,
+                             lambda f: conn.send(("best", index, f, time.monotonic())), memory)
+            conn.send(("done", index, k, done))
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            return  # the caller is gone (killed): nothing to hand back, no traceback
 
 
 class WorkerPool:

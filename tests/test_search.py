@@ -494,3 +494,43 @@ def test_progress_counts_the_work_of_each_round_as_it_ends():
     during = sorted({p.nfev for p in seen if p.phase == "anytime"})
     assert result.rounds >= 2 and len(during) >= 2, (result.rounds, during)
     assert during[-1] <= result.nfev
+
+
+def test_workers_of_a_killed_caller_exit_quietly(tmp_path):
+    """A caller killed mid-search (SIGKILL, or SIGTERM to a script without a handler): its
+    workers printed BrokenPipeError tracebacks as they tried to hand back their best."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "caller.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path[:0] = [{os.path.dirname(os.path.dirname(os.path.abspath(search.__file__)))!r},"
+        f" {os.path.dirname(os.path.abspath(__file__))!r}]\n"
+        "import numpy as np\n"
+        "from solver_oracles import random_model\n"
+        "from solver.search import solve\n"
+        "if __name__ == '__main__':\n"
+        "    model = random_model(np.random.default_rng(24), 6, 8, clustered=True)\n"
+        "    solve(model, seed=0, workers=2, time_limit=120, callback=lambda p: print(p.phase, flush=True))\n")
+    err = tmp_path / "err.txt"
+    with open(err, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                start_new_session=True)
+        for line in proc.stdout:  # until the rounds run
+            if line.startswith("anytime"):
+                break
+        time.sleep(1.0)
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the workers see the caller gone and leave
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+    assert "Traceback" not in err.read_text(), err.read_text()
