@@ -96,6 +96,13 @@ def selected_rows(doc: Any, source: str, n_fabric: int, n_ranks: int) -> list[in
 
 def solution_for(value: str, fabric):
     """``(fabric, ranks)``: the rank map ``value`` names, on the rows it applies to."""
+    fabric, ranks, _doc = solution_with_document(value, fabric)
+    return fabric, ranks
+
+
+def solution_with_document(value: str, fabric):
+    """``(fabric, ranks, document or None)``: :func:`solution_for` and the solve --json
+    document the rank map came in, if any (read once)."""
     text, source = rank_map_text(value)
     ranks, doc = parse_rank_map(text, source)
     if len(ranks) != fabric.n:
@@ -108,14 +115,12 @@ def solution_for(value: str, fabric):
     if other is not None:
         raise InputError(f"{source}: solved on other devices than this fabric's ({other}); "
                          "solve again on this fabric")
-    return fabric, ranks
+    return fabric, ranks, doc
 
 
-def solved_shape(value: str) -> tuple[int, int] | None:
-    """``(D_PP, D_DP)`` of the workload a solve --json rank map was solved for, or None
-    (another form, or no such workload)."""
-    text, source = rank_map_text(value)
-    _ranks, doc = parse_rank_map(text, source)
+def solved_shape(doc: Any) -> tuple[int, int] | None:
+    """``(D_PP, D_DP)`` of the workload a solve --json document was solved for, or None
+    (no document, or no such workload)."""
     w = doc.get("workload") if isinstance(doc, dict) else None
     if not isinstance(w, dict):
         return None

@@ -20,6 +20,11 @@ from solver.workload import Workload
 
 #: Most random placements per baseline: a billion samples would run for days.
 MAX_BASELINE_SAMPLES = 100_000
+#: Limits of the solve options, the CLI's flags and the console's form alike.
+MAX_TIME_LIMIT_S = 1e7
+MAX_RESTARTS = 10_000
+#: Largest seed: written to outputs and records, which readers take with at most 20 digits.
+MAX_SEED = 2**64 - 1
 #: Under a time limit, the share kept for the random baselines (each of the two gets
 #: half of what is left when it starts), and the least share the search gets whatever
 #: the bound took.

@@ -11,6 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, Static
 
+from geoconsole.solving import MAX_RESTARTS, MAX_SEED, MAX_TIME_LIMIT_S
 from screens.fields import Field
 from solver.workload import Workload
 
@@ -27,10 +28,6 @@ class SolveOptions:
     time_limit: float | None
     restarts: int
 
-
-#: The form's limits, as the CLI's (solve --time-limit, --restarts).
-MAX_TIME_LIMIT_S = 1e7
-MAX_RESTARTS = 10_000
 
 #: (field id, label with unit, placeholder) of the form, in order.
 FIELDS = (
@@ -111,7 +108,7 @@ class WorkloadForm(Vertical):
         if not 0 <= restarts <= MAX_RESTARTS:
             raise ValueError(f"{label['restarts']}: must be 0-{MAX_RESTARTS}, got {restarts}")
         seed = number("seed", int)
-        if not 0 <= seed < 2**64:
+        if not 0 <= seed <= MAX_SEED:
             raise ValueError(f"{label['seed']}: must be 0 to 2^64 - 1, got {seed}")
         return SolveOptions(workload, seed, budget, time_limit, restarts)
 

@@ -181,8 +181,11 @@ def load_json(path: str | os.PathLike[str], what: str, *, max_bytes: int = MAX_B
 
 
 # -- writing ---------------------------------------------------------------------------
-def _target(path: str | os.PathLike[str], error: type[Exception]) -> tuple[Path, os.stat_result | None]:
-    """The path to write (a symlink's final target) and its stat, None when it is new."""
+def write_target(path: str | os.PathLike[str], error: type[Exception] = FileError
+                 ) -> tuple[Path, os.stat_result | None]:
+    """The file a write to ``path`` would change (a symlink's final target) and its stat
+    (None when new); ``error`` (naming ``path``) for a missing folder, a folder, FIFO or
+    device."""
     real = Path(os.path.realpath(path))
     try:
         st = os.stat(real)
@@ -205,14 +208,6 @@ def shown(path: str | os.PathLike[str]) -> str:
     if isinstance(text, bytes):
         text = os.fsdecode(text)
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-
-
-def write_target(path: str | os.PathLike[str], error: type[Exception] = FileError
-                 ) -> tuple[Path, os.stat_result | None]:
-    """The file a write to ``path`` would change (a symlink's final target) and its stat
-    (None when new); ``error`` (naming ``path``) for a missing folder, a folder, FIFO or
-    device."""
-    return _target(path, error)
 
 
 def check_not_input(path: str | os.PathLike[str], inputs: Sequence[tuple[str, Any]],
@@ -284,7 +279,7 @@ def write_text(path: str | os.PathLike[str], text: str, *, inputs: Sequence[tupl
     ``mode``: permission bits for a new file (an existing file keeps its own).
     """
     check_not_input(path, inputs, error)
-    real, st = _target(path, error)
+    real, st = write_target(path, error)
     keep = stat.S_IMODE(st.st_mode) if st is not None else (mode if mode is not None else _umask_mode())
     _stale_temps(real)
     try:
@@ -304,7 +299,7 @@ def append_line(path: str | os.PathLike[str], line: str, *, error: type[Exceptio
     (a file that merely lacks its final newline, or no ``torn`` given) the new line starts
     on a fresh line and the tail is kept.
     """
-    real, _st = _target(path, error)
+    real, _st = write_target(path, error)
     try:
         fd = os.open(real, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY, 0o666)
     except OSError as exc:
@@ -352,7 +347,7 @@ def locked_update(path: str | os.PathLike[str], what: str, *, max_bytes: int = M
     Yields ``(text, write)``; ``write(new_text)`` replaces the file atomically while the
     lock is held. A second editor waits, then reads the file as the first one left it.
     """
-    real, st = _target(path, error)
+    real, st = write_target(path, error)
     if st is None:
         raise error(f"{path}: no such {what} file")
     while True:

@@ -17,8 +17,9 @@ from solver.files import shown
 
 from geoconsole.cli.errors import UserError, cli_errors, flag
 from geoconsole.cli.exitcodes import ExitCode
+from geoconsole.solving import MAX_SEED
 
-from geoconsole.cli.options import ACCEPT_NEW, INVENTORY_REQUIRED as INVENTORY, JSON_OUT, KNOWN_HOSTS, MAX_SEED, known_hosts_flag
+from geoconsole.cli.options import ACCEPT_NEW, INVENTORY_REQUIRED as INVENTORY, JSON_OUT, KNOWN_HOSTS, known_hosts_flag
 SSH_CONFIG = typer.Option(Path("~/.ssh/config"), "--ssh-config", help="OpenSSH client config whose Host aliases the inventory may use.")
 REGION = typer.Option(None, "--region", help="Region for hosts that have none (inventory, GCE metadata).")
 ZONE = typer.Option(None, "--zone", help="Zone for hosts that have none.")

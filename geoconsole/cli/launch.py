@@ -18,9 +18,10 @@ from solver.files import shown
 from geoconsole.cli.advice import NO_ADVICE, STRICT
 from geoconsole.cli.errors import UserError, cli_errors, flag
 from geoconsole.cli.exitcodes import ExitCode
+from geoconsole.solving import MAX_SEED
 
 from geoconsole.cli.options import (ACCEPT_NEW, C_DP, C_PP, DP, DP_MSG, PP, PP_MSG, GROUP_LOCALITY, INVENTORY, INVENTORY_REQUIRED, JSON_OUT, KNOWN_HOSTS, MATRIX,
-                                    MAX_SEED, RANK_MAP, RECORD,
+                                    RANK_MAP, RECORD,
                                     REGIONS, known_hosts_flag, load_fabric)
 
 MODE = typer.Option("torchrun", "--mode", help="torchrun (static rendezvous, one agent per GPU) or env (RANK, WORLD_SIZE, ... set directly).")

@@ -22,8 +22,6 @@ C_PP = typer.Option(..., "--c-pp", min=0.0, help="Activation payload per stage b
 C_DP = typer.Option(..., "--c-dp", min=0.0, help="Stage gradient buffer entering the exchange, decimal GB.")
 PP_MSG = typer.Option(1.0, "--pp-messages", min=0.0, help="Transfers carrying c_pp.")
 DP_MSG = typer.Option(1.0, "--dp-messages", min=0.0, help="Transfers per peer per exchange round.")
-#: Largest --seed: written to outputs and records, which readers take with at most 20 digits.
-MAX_SEED = 2**64 - 1
 RECORD = typer.Option(None, "--record", help="Append a run record (JSON line) to this file.")
 KNOWN_HOSTS = typer.Option("~/.ssh/known_hosts", "--known-hosts", help="known_hosts file checked for host keys.")
 ACCEPT_NEW = typer.Option(False, "--accept-new",

@@ -21,10 +21,10 @@ from geoconsole.cli.errors import UserError, cli_errors, silence_stdout
 from geoconsole.cli.exitcodes import ExitCode
 
 from geoconsole.cli.options import (C_DP, C_PP, DP, DP_MSG, ESTIMATE, FILL_MISSING, GROUP_LOCALITY,
-                                    JSON_OUT, LEARN, MATRIX, MAX_SEED, PP, PP_MSG, RANK_MAP, RECORD, REGIONS,
+                                    JSON_OUT, LEARN, MATRIX, PP, PP_MSG, RANK_MAP, RECORD, REGIONS,
                                     load_fabric)
 from geoconsole.prepare import workload_for
-from geoconsole.solving import MAX_BASELINE_SAMPLES
+from geoconsole.solving import MAX_BASELINE_SAMPLES, MAX_RESTARTS, MAX_SEED, MAX_TIME_LIMIT_S
 
 
 def prepare_flags(fabric, workload, *, group_locality, regions, fill, estimates, learn, exclude=None):
@@ -131,8 +131,8 @@ def solve_command(
                                          help="Random placements per baseline (they count against --time-limit)."),
     seed: int = typer.Option(0, "--seed", min=0, max=MAX_SEED, help="Random seed (same inputs + seed = same output)."),
     budget: Optional[int] = typer.Option(None, "--budget", min=0, help="Most swaps to score (default grows with N)."),
-    restarts: int = typer.Option(3, "--restarts", min=0, max=10_000, help="Without --time-limit: stop after this many anytime rounds without improvement (0: topology starts only)."),
-    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.001, max=1e7, help="Keep improving for this many seconds, then print the best."),
+    restarts: int = typer.Option(3, "--restarts", min=0, max=MAX_RESTARTS, help="Without --time-limit: stop after this many anytime rounds without improvement (0: topology starts only)."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.001, max=MAX_TIME_LIMIT_S, help="Keep improving for this many seconds, then print the best."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, max=1024, help="Search processes (default: the cores this process may use)."),
     as_json: bool = JSON_OUT,
     record: Optional[Path] = RECORD,
@@ -148,6 +148,7 @@ def solve_command(
     no_advice: bool = NO_ADVICE,
 ) -> None:
     """Solve the placement: print Comm, baselines, lower bound, locality and rank_map=(...)."""
+    from geoconsole.report import format_solve, solve_json
     from geoconsole.solving import SolveOptions, cost_model
 
     if record is not None:  # before the search, not after it
@@ -161,36 +162,28 @@ def solve_command(
     model = cost_model(prepared.fabric, workload)
     show = sys.stderr.isatty() if progress is None else progress
     options = SolveOptions(seed, budget, restarts, time_limit, baseline_samples, workers)
+    prepare = dict(group_locality=group_locality, regions=regions, fill_missing=fill_missing,
+                   estimates=estimate or (), learn=learn, exclude=exclude or ())
     with _interruptible() as state:  # through the advice's reruns and the output
-        _solve_and_report(fabric, prepared, model, options, show, state, as_json, record, matrix,
-                          compare_seeds, step_compute_s, no_advice,
-                          dict(group_locality=group_locality, regions=regions, fill_missing=fill_missing,
-                               estimates=estimate or (), learn=learn, exclude=exclude or ()))
-
-
-def _solve_and_report(fabric, prepared, model, options, show, state, as_json, record, matrix,
-                      compare_seeds, step_compute_s, no_advice, prepare) -> None:
-    from geoconsole.report import format_solve, solve_json
-
-    outcome = run_solve(model, options, progress=show, seed_orders=prepared.seed_orders, state=state)
-    doc = solve_json(prepared.fabric, model, outcome.result, outcome.baselines, outcome.bound)
-    doc.update(prepared.to_json())
-    doc["baselines_cut"] = outcome.baselines_cut
-    if outcome.baselines_cut:
-        typer.echo("note: random baselines stopped early (Ctrl-C or --time-limit): fewer samples than asked",
-                   err=True)
-    if not no_advice:
-        doc.update(_solve_advice(fabric, prepared, model, outcome, options, compare_seeds, step_compute_s,
-                                 prepare, lambda: state["stop"]))
-    text = "".join(line + "\n" for line in prepared.lines()) + format_solve(doc)
-    lost = _emit(doc, as_json, text)
-    if record is not None:  # written even when standard output failed
-        _record_solve(record, doc, matrix)
-    if lost is not None:
-        kept = f"the run record in {record} holds it" if record is not None else "rerun with --record to keep it"
-        raise UserError(f"standard output: cannot write the result ({lost}); {kept}", ExitCode.FAILED)
-    if outcome.stopped or state["stop"]:  # Ctrl-C: the best so far was printed and recorded
-        raise typer.Exit(int(ExitCode.INTERRUPTED))
+        outcome = run_solve(model, options, progress=show, seed_orders=prepared.seed_orders, state=state)
+        doc = solve_json(prepared.fabric, model, outcome.result, outcome.baselines, outcome.bound)
+        doc.update(prepared.to_json())
+        doc["baselines_cut"] = outcome.baselines_cut
+        if outcome.baselines_cut:
+            typer.echo("note: random baselines stopped early (Ctrl-C or --time-limit): fewer samples than asked",
+                       err=True)
+        if not no_advice:
+            doc.update(_solve_advice(fabric, prepared, model, outcome, options, compare_seeds, step_compute_s,
+                                     prepare, lambda: state["stop"]))
+        text = "".join(line + "\n" for line in prepared.lines()) + format_solve(doc)
+        lost = _emit(doc, as_json, text)
+        if record is not None:  # written even when standard output failed
+            _record_solve(record, doc, matrix)
+        if lost is not None:
+            kept = f"the run record in {record} holds it" if record is not None else "rerun with --record to keep it"
+            raise UserError(f"standard output: cannot write the result ({lost}); {kept}", ExitCode.FAILED)
+        if outcome.stopped or state["stop"]:  # Ctrl-C: the best so far was printed and recorded
+            raise typer.Exit(int(ExitCode.INTERRUPTED))
 
 
 def _solve_advice(fabric, prepared, model, outcome, options, compare_seeds, step_compute_s, prepare,
@@ -267,13 +260,13 @@ def score_command(
 
     from geoconsole.report import format_rank_map, format_score, score_json
 
-    from geoconsole.rank_maps import solution_for, solved_shape
+    from geoconsole.rank_maps import solution_with_document, solved_shape
     from geoconsole.solving import cost_model
 
     fabric = load_fabric(matrix)
-    fabric, ranks = solution_for(rank_map, fabric)
+    fabric, ranks, doc = solution_with_document(rank_map, fabric)
     if pp is None and dp is None:  # a solve --json document: the shape it was solved for
-        pp, dp = solved_shape(rank_map) or (None, None)
+        pp, dp = solved_shape(doc) or (None, None)
     workload = workload_for(fabric.n, str(fabric.source), pp, dp, c_pp, c_dp, pp_messages, dp_messages)
     model = cost_model(fabric, workload)
     try:

@@ -215,7 +215,7 @@ PLAN_ENV = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "M
 
 
 def _check_env(env: Mapping[str, str]) -> None:
-    for k, v in env.items():
+    for k in env:
         if not _ENV_NAME.match(k):
             raise LaunchError(f"env {k!r}: not a valid environment variable name", "env")
         if k in PLAN_ENV:
