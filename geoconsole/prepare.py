@@ -156,9 +156,10 @@ def excluded_rows(fabric: Fabric, names: Sequence[str]) -> list[int]:
 def select(fabric: Fabric, size: int, policy: str | None = None, regions: Sequence[str] | None = None,
            exclude: Sequence[str] = ()):
     """``select_devices`` with the fabric's own torch versions and links, leaving out the
-    ``exclude`` devices (:func:`excluded_rows`); PolicyError if unmet."""
+    ``exclude`` devices (:func:`excluded_rows`); InputError when too few devices take part,
+    PolicyError when the policy is unmet."""
     from solver.estimate import links_from_meta
-    from solver.selection import POLICIES, SelectionError, select_devices, torch_versions_of
+    from solver.selection import POLICIES, SelectionError, TooFewDevices, select_devices, torch_versions_of
 
     if policy is not None and policy not in POLICIES:
         raise InputError(f"group locality: expected one of {', '.join(POLICIES)}, got {policy!r}", "group_locality")
@@ -166,6 +167,8 @@ def select(fabric: Fabric, size: int, policy: str | None = None, regions: Sequen
     try:
         return select_devices(fabric, size, policy or "prefer", regions, torch_versions_of(fabric),
                               links_from_meta(fabric), exclude=rows)
+    except TooFewDevices as exc:  # bad input (exit 2, as solve's shape check), not an unmet policy
+        raise InputError(f"{fabric.source}: {exc}", None if exc.regions else "shape") from None
     except SelectionError as exc:
         raise PolicyError(f"{fabric.source}: {exc}") from None
 

@@ -60,6 +60,15 @@ class SelectionError(ValueError):
     """The policy cannot be met; the message is one line and says why."""
 
 
+class TooFewDevices(SelectionError):
+    """Fewer devices than D_PP x D_DP take part at all (``regions`` names the flag's
+    restriction when it caused it): bad input rather than an unmet policy."""
+
+    def __init__(self, message: str, regions: bool = False) -> None:
+        super().__init__(message)
+        self.regions = regions
+
+
 @dataclass(frozen=True)
 class Selection:
     """Result of select_devices.
@@ -193,12 +202,12 @@ def select_devices(
                 reasons[i] = f"{_where(devices[i])} not in --regions {listed}"
         candidates = [i for i in candidates if i not in reasons]
         if len(candidates) < k:
-            raise SelectionError(
-                f"--regions {listed}: {len(candidates)} of {n} devices match, the workload needs {k}"
+            raise TooFewDevices(
+                f"--regions {listed}: {len(candidates)} of {n} devices match, the workload needs {k}", regions=True
             )
     if len(candidates) < k:
         left = f", {len(exclude)} left out by the operator" if exclude else ""
-        raise SelectionError(f"the fabric has {n} devices{left}, the workload needs {k}")
+        raise TooFewDevices(f"the fabric has {n} devices{left}, the workload needs {k}")
 
     levels = LEVELS if policy == "prefer" else (policy,)
     for level in levels:

@@ -90,7 +90,7 @@ def test_exclude_an_unknown_device_is_a_one_line_error(files, cmd):
 
 def test_exclude_without_a_spare_says_the_shortfall(files):
     r = run("solve", "-m", files["regions"], *W44, "--exclude", "h5:0")
-    assert r.exit_code != 0 and "1 left out by the operator, the workload needs 16" in r.stderr
+    assert r.exit_code == 2 and "1 left out by the operator, the workload needs 16" in r.stderr
     assert "Traceback" not in r.output
 
 

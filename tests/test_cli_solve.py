@@ -214,7 +214,7 @@ def test_solve_regions_filter_and_its_failure(ww_path):
     assert "left out   8 device(s): Oregon not in --regions Seoul, Tokyo" in ok.stdout
     bad = run("solve", "--matrix", ww_path, "--pp", "4", "--dp", "4", "--c-pp", "0.5", "--c-dp", "0.6",
               "--regions", "Tokyo")
-    assert "--regions Tokyo: 8 of 64 devices match, the workload needs 16" in one_line_error(bad, code=1)
+    assert "--regions Tokyo: 8 of 64 devices match, the workload needs 16" in one_line_error(bad, code=2)
 
 
 def test_solve_fill_missing_estimates_and_counts_pairs(tmp_path):

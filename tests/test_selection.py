@@ -228,6 +228,19 @@ def test_select_command_json_and_failures(app, tmp_path):
     assert r.exit_code == 2 and "nope.json: no such fabric JSON file" in r.output
 
 
+def test_select_command_too_few_devices_is_bad_input_as_for_solve(app, tmp_path):
+    """Too few devices for D_PP x D_DP is exit 2 (bad input, as solve's shape check), an
+    unmet --group-locality stays exit 1."""
+    src = tmp_path / "fleet.json"
+    FLEET.save(src)
+    n = FLEET.n
+    r = CliRunner().invoke(app, ["select", "-m", str(src), "--pp", str(n), "--dp", "2"])
+    assert r.exit_code == 2 and r.output.count("\n") == 1
+    assert f"the fabric has {n} devices, the workload needs {2 * n} (--pp, --dp)" in r.output
+    r = CliRunner().invoke(app, ["select", "-m", str(src), "--pp", "2", "--dp", "2", "--regions", "nowhere"])
+    assert r.exit_code == 2 and f"--regions nowhere: 0 of {n} devices match, the workload needs 4" in r.output
+
+
 def test_any_policy_ignores_location_but_prefer_falls_back_tightly():
     f = fleet([(1, "eu", "eu-b", None), (1, "us", "us-a", None), (1, "eu", "eu-b", None),
                (1, "us", "us-a", None), (2, "eu", "eu-b", None), (1, "us", "us-a", None)])
