@@ -18,6 +18,7 @@ from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.theme import Theme
+from textual.worker import WorkerState
 
 from geoconsole.session import Clock, Session, SessionError, demo_session, load_session, utc_now
 from screens.dialogs import ConfirmDialog, PathDialog
@@ -55,6 +56,14 @@ THEME = Theme(
 )
 
 __all__ = ["SCREENS", "GeoConsoleApp", "create_app"]
+
+
+#: Worker group -> what quitting does to it (the quit dialog lists the running ones).
+BUSY = {
+    "solve": "A solve is running: quitting stops it, and its best placement so far is lost.",
+    "launch": "A launch is running: quitting stops every rank of the job.",
+    "sweep": "A fabric sweep is running: quitting stops it before every pair is measured.",
+}
 
 
 class GeoConsoleApp(App[int]):
@@ -178,19 +187,33 @@ class GeoConsoleApp(App[int]):
         self.activity_rev += 1
         self.notify(f"session saved to {written}")
 
-    def _confirm_discard(self, what: str, then) -> None:
-        """Run ``then`` now when nothing is unsaved, else after the operator says yes."""
-        if not self.dirty:
+    def running_work(self) -> list[str]:
+        """What quitting would stop: one line per running worker group of :data:`BUSY`."""
+        live = (WorkerState.PENDING, WorkerState.RUNNING)
+        groups = {w.group for w in self.workers if w.state in live}
+        return [line for group, line in BUSY.items() if group in groups]
+
+    def _confirm_discard(self, what: str, then, busy: list[str] | None = None) -> None:
+        """Run ``then`` now when nothing is unsaved and no ``busy`` work runs, else after
+        the operator says yes."""
+        busy = busy or []
+        if not self.dirty and not busy:
             then()
             return
         if isinstance(self.screen, ConfirmDialog):
             return
-        body = "The session has changes that are not saved.\nctrl+s or F2 (save as) keeps them; y discards them."
-        self.push_screen(ConfirmDialog(f"{what} without saving?", body, yes=what),
+        lines = list(busy)
+        if self.dirty:
+            lines.append("The session has changes that are not saved; ctrl+s or F2 (save as) keeps them.")
+            title = f"{what} without saving?"
+        else:
+            title = f"{what} and stop the running work?"
+        lines.append(f"y: {what.lower()} anyway; n or escape: stay.")
+        self.push_screen(ConfirmDialog(title, "\n".join(lines), yes=what),
                          lambda yes: then() if yes else None)
 
     async def action_quit(self) -> None:
-        self._confirm_discard("Quit", self.exit)
+        self._confirm_discard("Quit", self.exit, self.running_work())
 
     def action_load(self) -> None:
         self._confirm_discard("Load", self._ask_load)

@@ -10,6 +10,7 @@ import pytest
 from support import wait_until, demo_app, region_pipelines, with_solutions
 from textual.widgets import Input, Static
 
+from screens.dialogs import ConfirmDialog
 from screens.heatmap_view import Heatmap
 from screens.help import HelpScreen
 from screens.solve import SolveScreen
@@ -382,7 +383,17 @@ async def test_quitting_during_a_solve_stops_the_solver():
         app.screen.query_one("#form-restarts", Input).value = "10000"  # long enough to cancel
         await pilot.press("ctrl+r")
         await asyncio.sleep(0.3)
+        app.simulate_key("q")  # nothing unsaved, but the solve runs: the dialog says so
+        await wait_until(lambda: isinstance(app.screen, ConfirmDialog))
+        body = str(app.screen.body)
+        assert "A solve is running" in body and "best placement so far is lost" in body
+        assert app.screen.title_text == "Quit and stop the running work?"
+        app.simulate_key("n")
+        await wait_until(lambda: not isinstance(app.screen, ConfirmDialog))
+        assert app.screen.running  # staying lets it go on
         app.simulate_key("q")
+        await wait_until(lambda: isinstance(app.screen, ConfirmDialog))
+        app.simulate_key("y")
         await wait_until(lambda: not app.is_running, timeout=10)
     assert time.monotonic() - started < 15
 
