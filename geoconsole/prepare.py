@@ -144,8 +144,14 @@ def excluded_rows(fabric: Fabric, names: Sequence[str]) -> list[int]:
     InputError naming the first name that matches no device."""
     rows: list[int] = []
     for name in names:
-        found = [i for i in range(fabric.n)
-                 if fabric.device_name(i) == name or (fabric.devices is not None and fabric.devices[i].host == name)]
+        as_device = [i for i in range(fabric.n) if fabric.device_name(i) == name]
+        as_host = [i for i in range(fabric.n) if fabric.devices is not None and fabric.devices[i].host == name]
+        if as_device and as_host and set(as_device) != set(as_host):
+            # host "a:1" and GPU 1 of host "a" are both written a:1 (host names may hold ':')
+            other = fabric.devices[as_device[0]]
+            raise InputError(f"{name!r} names both host {name!r} and a device of host {other.host!r} "
+                             f"in {fabric.source}; rename the host (its HOST:GPU names are ambiguous)", "exclude")
+        found = as_device or as_host
         if not found:
             raise UnknownDeviceError(f"{name!r} matches no device of {fabric.source} (expected HOST or HOST:GPU)",
                                      "exclude")

@@ -7,6 +7,9 @@ quoted there, and is refused where it is loaded when it
   DNS limit; 63 for region / zone / network-group labels; 32 for user names),
 - starts with ``-`` (it would read as an option to ssh or another program),
 - (host and node names, addresses) holds ``@``, which ssh reads as ``user@host``,
+- (host, node and user names, addresses, interfaces) holds a character outside ASCII:
+  a look-alike (Cyrillic ``а`` for Latin ``a``) would show as one host and reach another;
+  an international domain name goes in its ASCII form (``xn--...``),
 - holds whitespace, or a control or unprintable character.
 
 Each check returns the problem as text (None when the value is fine), so callers put
@@ -44,6 +47,10 @@ def name_problem(value: Any, kind: str = "host name", max_chars: int = MAX_HOST_
         return f"a {kind} may not start with '-' (it would read as an option), got {value[:80]!r}"
     if "@" in value and kind != "user name":  # ssh would take what precedes it as the login
         return f"a {kind} may not hold '@' (ssh would read what precedes it as the login user), got {value[:80]!r}"
+    if not value.isascii():
+        bad = next(ch for ch in value if not ch.isascii())
+        return (f"a {kind} must be ASCII (an international domain name in its xn-- form), "
+                f"got U+{ord(bad):04X} in {ascii(value[:80])}")
     return _chars(value)
 
 

@@ -88,6 +88,25 @@ def test_exclude_an_unknown_device_is_a_one_line_error(files, cmd):
     assert len(lines) == 1 and lines[0].startswith("error: --exclude: 'h99' matches no device")
 
 
+@pytest.mark.parametrize("cmd", ["solve", "select"])
+def test_exclude_refuses_a_name_that_is_both_a_host_and_a_device(files, tmp_path, cmd):
+    """Host names may hold ':' (IPv6 addresses do): host "h1:0" and GPU 0 of host "h1" are
+    both written h1:0, and --exclude h1:0 must not silently leave out both."""
+    doc = json.loads(Path(files["slow17"]).read_text())
+    first = doc["devices"][0]
+    doc["devices"][1] = {**doc["devices"][1], "host": f"{first['host']}:{first['gpu']}", "gpu": 0}
+    path = tmp_path / "colon.json"
+    path.write_text(json.dumps(doc))
+    name = f"{first['host']}:{first['gpu']}"
+    args = W44[:4] if cmd == "select" else W44
+    r = run(cmd, "-m", str(path), *args, "--exclude", name)
+    assert r.exit_code == 2, r.output
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: --exclude: {name!r} names both host {name!r} and a device")
+    r = run(cmd, "-m", str(path), *args, "--exclude", f"{name}:0")  # the colon host's own GPU is unambiguous
+    assert r.exit_code == 0, r.output
+
+
 def test_exclude_without_a_spare_says_the_shortfall(files):
     r = run("solve", "-m", files["regions"], *W44, "--exclude", "h5:0")
     assert r.exit_code == 2 and "1 left out by the operator, the workload needs 16" in r.stderr

@@ -55,6 +55,9 @@ MALFORMED = [
      "devices[3]: a GPU 1 is also devices[1]"),
     ("a login in a host name", {**GOOD, "devices": [{"host": "root@h1", "gpu": g} for g in range(4)]},
      "devices[0].host: a host name may not hold '@'"),
+    ("a look-alike host name", {**GOOD, "devices": [{"host": "h\u043est", "gpu": g} for g in range(4)]},
+     "devices[0].host: a host name must be ASCII (an international domain name in its xn-- form), "
+     "got U+043E in 'h\\u043est'"),
     ("one CPU slot twice", {**GOOD, "devices": [{"host": "c", "gpu": None, "slot": 0}] * 2
                             + [{"host": "d"}, {"host": "d"}]}, "devices[1]: c slot 0 is also devices[0]"),
 ]

@@ -113,6 +113,8 @@ BAD_TOML = [
     ('[[hosts]]\naddress = "a"\nregion = "eu\\nwest"\n', "hosts[0].region: no spaces or other whitespace allowed"),
     ('[[hosts]]\nport = 22\n', "hosts[0]: needs an address"),
     ('[[hosts]]\naddress = "root@10.0.0.1"\n', "hosts[0].address: a host address may not hold '@'"),
+    ('[[hosts]]\naddress = "gpu-\u0430"\n', "hosts[0].address: a host address must be ASCII"),
+    ('[[hosts]]\naddress = "a"\nuser = "r\u043eot"\n', "hosts[0].user: a user name must be ASCII"),
     ('[[hosts]]\naddress = "a"\n[[hosts]]\naddress = "a"\n', "duplicate host name 'a'"),
     ('[defaults]\nuser = 3\n[[hosts]]\naddress = "a"\n', "defaults.user: expected a user name (text), got int"),
     ('[defaults]\nname = "x"\n[[hosts]]\naddress = "a"\n', "defaults.name: unknown field"),
