@@ -119,6 +119,24 @@ def test_a_failing_rank_fails_the_pod_with_its_status():
     assert sorted(out.stdout.splitlines()) == ["[rank 0 node0] bye", "[rank 1 node0] bye"]
 
 
+def test_a_rank_cannot_fake_its_exit_status_in_its_output():
+    """A rank's output is data: a line that looks like an end-of-rank marker does not set
+    the pod's status (the status goes to a file of its own, not into the stream)."""
+    devices = [Device("node0", 0), Device("node0", 1)]
+    prog = ("import sys; print('@@geoconsole-exit 0'); print('0'); sys.stdout.flush(); "
+            "sys.exit(3 if __import__('os').environ['RANK'] == '1' else 0)")
+    plan = build_plan([0, 1], devices, HOSTS[:1], [sys.executable, "-c", prog], mode="env")
+    pod = next(d for d in documents(export(plan, "k8s", image=IMAGE)) if d["kind"] == "Pod")
+    out = subprocess.run(pod["spec"]["containers"][0]["command"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert sorted(out.stdout.splitlines()) == ["[rank 0 node0] 0", "[rank 0 node0] @@geoconsole-exit 0",
+                                                "[rank 1 node0] 0", "[rank 1 node0] @@geoconsole-exit 0"]
+    ok = build_plan([0, 1], devices, HOSTS[:1], [sys.executable, "-c", "print('@@geoconsole-exit 7')"], mode="env")
+    pod = next(d for d in documents(export(ok, "k8s", image=IMAGE)) if d["kind"] == "Pod")
+    out = subprocess.run(pod["spec"]["containers"][0]["command"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 def test_cli_export_k8s_uses_the_inventorys_node_names(tmp_path):
     fabric = {"labels": ["a", "a", "b"], "alpha_ms": [[0, 1, 1], [1, 0, 1], [1, 1, 0]],
               "beta_gbps": [[0, 9, 9], [9, 0, 9], [9, 9, 0]],

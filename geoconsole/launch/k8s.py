@@ -47,34 +47,36 @@ def _rank_line(p: Process, master_addr: str, service: str, workdir: str | None) 
     if workdir:
         cmd = f"cd -- {shlex.quote(workdir)} && {cmd}"
     tag = shlex.quote(f"[rank {p.rank} {p.host}]")
-    return (f'{{ ( {cmd} ) 2>&1; echo "{_EXIT} $?"; }} | prefix {tag} &  # rank {p.rank}\n'
+    return (f'{{ ( {cmd} ) 2>&1; echo "$?" > "$st/{p.rank}"; }} | prefix {tag} &  # rank {p.rank}\n'
             'pids="$pids $!"')
 
 
-_EXIT = "@@geoconsole-exit"
-#: prefix TAG: copy standard input, TAG and a space before each line (TEXT is data: it
-#: is printed, never interpreted); the rank's exit status arrives as the last line and
-#: becomes prefix's own, so waiting for the pipeline gives the rank's status.
-_PREFIX = f"""\
-prefix() {{
+#: prefix TAG: copy standard input, TAG and a space before each line (the text is data:
+#: it is printed, never interpreted). The rank's exit status goes to a file of its own
+#: in the pod's private folder ``$st``, not into the stream, where the rank's output
+#: could have faked it (POSIX sh has no pipefail to take it from the pipeline).
+_PREFIX = """\
+prefix() {
     while IFS= read -r line || [ -n "$line" ]; do
-        case "$line" in
-            "{_EXIT} "*) return "${{line#{_EXIT} }}" ;;
-        esac
         printf '%s %s\\n' "$1" "$line"
     done
-    return 1
-}}"""
+}"""
+#: The pod's private folder for the ranks' statuses (mktemp where the image has it).
+_STATUS_DIR = ('st=$(mktemp -d 2>/dev/null || { d="/tmp/geoconsole-status.$$"; mkdir -m 700 -- "$d" && echo "$d"; }) '
+               '|| { echo "geoconsole: cannot create a status folder" >&2; exit 1; }')
 
 
 def pod_script(plan: LaunchPlan, procs: list[Process], service: str) -> str:
     """What the pod runs: every rank of its node at once, output prefixed by rank and
     host; the pod ends when all have, failing when any failed; TERM (pod deletion) stops
     them all (the whole process group; the script ignores TERM while it waits)."""
-    lines = [_PREFIX, 'pids=""',
-             "trap 'trap \"\" TERM INT; kill -TERM 0 2>/dev/null; wait; exit 143' TERM INT"]
+    lines = [_PREFIX, _STATUS_DIR, 'pids=""',
+             "trap 'trap \"\" TERM INT; kill -TERM 0 2>/dev/null; wait; rm -rf -- \"$st\"; exit 143' TERM INT"]
     lines += [_rank_line(p, plan.master_addr, service, plan.workdir) for p in procs]
-    lines += ["status=0", 'for pid in $pids; do wait "$pid" || status=1; done', 'exit "$status"']
+    ranks = " ".join(str(p.rank) for p in procs)
+    lines += ['for pid in $pids; do wait "$pid"; done', "status=0",
+              f'for r in {ranks}; do [ "$(cat -- "$st/$r" 2>/dev/null)" = 0 ] || status=1; done',
+              'rm -rf -- "$st"', 'exit "$status"']
     return "\n".join(lines) + "\n"
 
 
