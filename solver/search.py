@@ -8,7 +8,9 @@ it is given; otherwise it reports a lower bound beside its answer (solver.bounds
    exactly (solver.enumerate).
 2. Starts. For each device order (labels sorted, the leaf order of an average-linkage
    clustering of ``T_pp``, and any ``seed_orders`` given), two layouts: pipelines on
-   consecutive devices and stage groups on consecutive devices. Each is polished (exact
+   consecutive devices and stage groups on consecutive devices, and the best block
+   layout between them (solver.blocks: runs of stage groups, pipelines local inside
+   each; up to solver.blocks.BLOCK_MAX_N devices). Each is polished (exact
    matchings and best pipeline order); they are descended best first (solver.descent);
    a start more than SKIP_START_RATIO worse than the best so far is not descended.
 3. Anytime rounds (solver.workers, solver.anytime, solver.tempering): ``workers``
@@ -52,6 +54,7 @@ from scipy.cluster.hierarchy import leaves_list, linkage
 from scipy.spatial.distance import squareform
 
 from solver.anytime import WALK_SWEEPS_TIMED, temper_walk
+from solver.blocks import best_block
 from solver import native
 from solver.cost import CostModel, Score, rank_map_from_grid
 from solver.descent import descend, polish
@@ -61,6 +64,8 @@ from solver.workers import Rounds, WorkerPool, available_cores
 #: A topology start whose polished Comm is this much worse than the best so far is not
 #: descended (the starts are tried best first); its descent would cost full sweeps.
 SKIP_START_RATIO = 1.25
+#: Block starts (solver.blocks) beside the two plain layouts of each order.
+BLOCK_STARTS = True
 
 #: A second worker is handed the other layout's best start when that is at most this
 #: much worse than the best start (solver.search._firsts; a lineage keeps it only as its
@@ -185,11 +190,18 @@ def _orders(model: CostModel, extra: Sequence[Sequence[int]] | None) -> list[tup
 
 
 def _starts(model: CostModel, extra) -> list[tuple[str, np.ndarray]]:
+    """Per order: pipelines local, stage groups local, and the best block layout between
+    them (solver.blocks; up to BLOCK_MAX_N devices)."""
     r, p = model.workload.d_dp, model.workload.d_pp
     starts = []
     for name, o in _orders(model, extra):
         starts.append((f"{name}: pipelines local", o.reshape(r, p)))
         starts.append((f"{name}: stage groups local", o.reshape(p, r).T))
+        if BLOCK_STARTS:
+            found = best_block(model, o)
+            if found is not None:
+                parts, grid = found
+                starts.append((f"{name}: blocks {'+'.join(map(str, parts))}", grid))
     return starts
 
 
@@ -309,7 +321,7 @@ def _check_options(budget, restarts, time_limit, workers) -> None:
         raise ValueError(f"workers: must be >= 1, got {workers}")
 
 
-def _starts_phase(run: _Run, model: CostModel, rng, seed_orders) -> None:
+def _starts_phase(run: _Run, model: CostModel, rng, starts: list[tuple[str, np.ndarray]]) -> None:
     """Polish the topology starts (under a time limit only while the phase lasts, at
     least the first of each layout), then descend them best first; ``run.other_start``
     keeps the other layout's best result (descended or only polished) for _firsts."""
@@ -318,7 +330,7 @@ def _starts_phase(run: _Run, model: CostModel, rng, seed_orders) -> None:
     if run.time_limit is not None:
         run.phase_deadline = time.monotonic() + START_SHARE * run.time_limit
     scored_starts = []
-    for k, (name, grid) in enumerate(_starts(model, seed_orders)):
+    for k, (name, grid) in enumerate(starts):
         if k >= 2 and run.time_limit is not None and run.should_stop():
             break  # under a time limit, polish only while the phase lasts (one per layout at least)
         grid = polish(model, grid, effort)
@@ -448,7 +460,8 @@ def solve(
     run = _Run(model, default_budget(model.n) if budget is None else int(budget), time_limit,
                callback, lower_bound)
     rng = np.random.default_rng(seed)
-    origins = _origins(model, _starts(model, seed_orders))  # validates seed_orders first
+    starts = _starts(model, seed_orders)  # validates seed_orders first
+    origins = _origins(model, starts)
     run.phase = "enumeration"
     exact_grid, scored = optimal_grid(model, run.should_stop)
     run.nfev += scored
@@ -467,7 +480,7 @@ def solve(
         starter.start()
         try:
             try:
-                _starts_phase(run, model, rng, seed_orders)
+                _starts_phase(run, model, rng, starts)
             finally:
                 run.phase_deadline = None
             while starter.is_alive():  # a cancel ends the start (the pool tests the deadline)

@@ -326,12 +326,12 @@ def test_under_a_time_limit_the_starts_are_polished_only_while_their_phase_lasts
     monkeypatch.setattr(search, "polish", counting)
     monkeypatch.setattr(search, "START_SHARE", 0.0)
     run = search._Run(model, 10**9, 60.0, None, None)
-    search._starts_phase(run, model, np.random.default_rng(0), orders)
+    search._starts_phase(run, model, np.random.default_rng(0), search._starts(model, orders))
     assert len(polished) == 2
     assert run.best is not None and run.other_start is not None
     polished.clear()
     run = search._Run(model, 10**9, None, None, None)
-    search._starts_phase(run, model, np.random.default_rng(0), orders)
+    search._starts_phase(run, model, np.random.default_rng(0), search._starts(model, orders))
     assert len(polished) >= len(search._starts(model, orders))
 
 
