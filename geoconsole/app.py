@@ -61,8 +61,9 @@ __all__ = ["SCREENS", "GeoConsoleApp", "create_app"]
 #: Worker group -> what quitting does to it (the quit dialog lists the running ones).
 BUSY = {
     "solve": "A solve is running: quitting stops it, and its best placement so far is lost.",
-    "launch": "A launch is running: quitting stops every rank of the job.",
-    "sweep": "A fabric sweep is running: quitting stops it before every pair is measured.",
+    "launch": "A launch is running: quitting stops it and every rank it started "
+              "(a batch job already submitted to Slurm keeps running).",
+    "sweep": "A fabric sweep or refresh is running: quitting stops it before it is done.",
 }
 
 
@@ -209,8 +210,17 @@ class GeoConsoleApp(App[int]):
         else:
             title = f"{what} and stop the running work?"
         lines.append(f"y: {what.lower()} anyway; n or escape: stay.")
-        self.push_screen(ConfirmDialog(title, "\n".join(lines), yes=what),
-                         lambda yes: then() if yes else None)
+        warned_unsaved = self.dirty
+
+        def answered(yes: bool) -> None:
+            if not yes:
+                return
+            if self.dirty and not warned_unsaved:  # a solve ended meanwhile: its result is unsaved
+                self._confirm_discard(what, then)
+                return
+            then()
+
+        self.push_screen(ConfirmDialog(title, "\n".join(lines), yes=what), answered)
 
     async def action_quit(self) -> None:
         self._confirm_discard("Quit", self.exit, self.running_work())

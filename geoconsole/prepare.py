@@ -148,7 +148,7 @@ def excluded_rows(fabric: Fabric, names: Sequence[str]) -> list[int]:
         as_host = [i for i in range(fabric.n) if fabric.devices is not None and fabric.devices[i].host == name]
         if as_device and as_host and set(as_device) != set(as_host):
             # host "a:1" and GPU 1 of host "a" are both written a:1 (host names may hold ':')
-            other = fabric.devices[as_device[0]]
+            other = fabric.devices[next(i for i in as_device if i not in as_host)]
             raise InputError(f"{name!r} names both host {name!r} and a device of host {other.host!r} "
                              f"in {fabric.source}; rename the host (its HOST:GPU names are ambiguous)", "exclude")
         found = as_device or as_host
@@ -174,7 +174,8 @@ def select(fabric: Fabric, size: int, policy: str | None = None, regions: Sequen
         return select_devices(fabric, size, policy or "prefer", regions, torch_versions_of(fabric),
                               links_from_meta(fabric), exclude=rows)
     except TooFewDevices as exc:  # bad input (exit 2, as solve's shape check), not an unmet policy
-        raise InputError(f"{fabric.source}: {exc}", None if exc.regions else "shape") from None
+        # the shape's hint only where the shape alone is short (--regions, --exclude name themselves)
+        raise InputError(f"{fabric.source}: {exc}", None if exc.regions or rows else "shape") from None
     except SelectionError as exc:
         raise PolicyError(f"{fabric.source}: {exc}") from None
 

@@ -189,16 +189,17 @@ def _orders(model: CostModel, extra: Sequence[Sequence[int]] | None) -> list[tup
     return orders
 
 
-def _starts(model: CostModel, extra) -> list[tuple[str, np.ndarray]]:
+def _starts(model: CostModel, extra, stop: Callable[[], bool] = lambda: False) -> list[tuple[str, np.ndarray]]:
     """Per order: pipelines local, stage groups local, and the best block layout between
-    them (solver.blocks; up to BLOCK_MAX_N devices)."""
+    them (solver.blocks; up to BLOCK_MAX_N devices; once ``stop()`` is true, the block
+    layout of the compositions scored so far, or none)."""
     r, p = model.workload.d_dp, model.workload.d_pp
     starts = []
     for name, o in _orders(model, extra):
         starts.append((f"{name}: pipelines local", o.reshape(r, p)))
         starts.append((f"{name}: stage groups local", o.reshape(p, r).T))
         if BLOCK_STARTS:
-            found = best_block(model, o)
+            found = best_block(model, o, stop)
             if found is not None:
                 parts, grid = found
                 starts.append((f"{name}: blocks {'+'.join(map(str, parts))}", grid))
@@ -323,8 +324,9 @@ def _check_options(budget, restarts, time_limit, workers) -> None:
 
 def _starts_phase(run: _Run, model: CostModel, rng, starts: list[tuple[str, np.ndarray]]) -> None:
     """Polish the topology starts (under a time limit only while the phase lasts, at
-    least the first of each layout), then descend them best first; ``run.other_start``
-    keeps the other layout's best result (descended or only polished) for _firsts."""
+    least the first two: the first order's pipelines-local and stage-groups-local
+    layouts), then descend them best first; ``run.other_start`` keeps the other
+    layout's best result (descended or only polished) for _firsts."""
     effort = _Effort(run)
     run.phase = "seeds"
     if run.time_limit is not None:
@@ -349,8 +351,10 @@ def _starts_phase(run: _Run, model: CostModel, rng, starts: list[tuple[str, np.n
 
 
 def _other_layout(results: list[tuple[float, int, str, np.ndarray]]) -> tuple[np.ndarray, float] | None:
-    """The best result among the starts of the other layout (pipelines local / stage
-    groups local) than the best start's, as ``(grid, Comm)``; None if there is none."""
+    """The best result among the starts of another layout than the best start's, as
+    ``(grid, Comm)``; None if there is none. A layout is what a start's name gives after
+    its order: pipelines local, stage groups local, or one block composition
+    (``blocks 5+3``; each composition counts as a layout of its own, as measured)."""
     ordered = sorted(results, key=lambda x: (x[0], x[1]))
     layout = lambda name: name.rsplit(": ", 1)[-1]  # noqa: E731
     other = [r for r in ordered if layout(r[2]) != layout(ordered[0][2])]
@@ -460,7 +464,11 @@ def solve(
     run = _Run(model, default_budget(model.n) if budget is None else int(budget), time_limit,
                callback, lower_bound)
     rng = np.random.default_rng(seed)
-    starts = _starts(model, seed_orders)  # validates seed_orders first
+    # the block tables get the starts' share of a time limit (at 512 devices and 16 stages
+    # about 0.2 s an order); without one they are whole, so the result stays reproducible
+    tables_until = None if time_limit is None else time.monotonic() + START_SHARE * time_limit
+    starts = _starts(model, seed_orders,  # validates seed_orders first
+                     lambda: tables_until is not None and time.monotonic() > tables_until)
     origins = _origins(model, starts)
     run.phase = "enumeration"
     exact_grid, scored = optimal_grid(model, run.should_stop)

@@ -398,6 +398,26 @@ async def test_quitting_during_a_solve_stops_the_solver():
     assert time.monotonic() - started < 15
 
 
+async def test_a_solve_that_ends_while_quit_asks_is_not_discarded_unasked():
+    """Quit asked because a solve ran; the solve ends (its result unsaved) before the
+    answer: y then asks about the unsaved changes instead of quitting."""
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        app.screen.query_one("#form-time_limit", Input).value = "2"
+        await pilot.press("ctrl+r")
+        await wait_until(lambda: "solve" in app.activity)
+        app.simulate_key("q")
+        await wait_until(lambda: isinstance(app.screen, ConfirmDialog))
+        assert not app.dirty and app.screen.title_text == "Quit and stop the running work?"
+        await wait_until(lambda: app.dirty, timeout=30)  # the solve ended under the dialog
+        app.simulate_key("y")
+        await wait_until(lambda: isinstance(app.screen, ConfirmDialog) and "without saving" in app.screen.title_text)
+        assert app.is_running
+        app.simulate_key("y")
+        await wait_until(lambda: not app.is_running, timeout=10)
+
+
 async def test_a_loaded_rank_map_is_compared_and_a_bad_one_refused(tmp_path):
     app = demo_app()
     with_solutions(app, region_pipelines(app.session))

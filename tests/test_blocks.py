@@ -85,3 +85,16 @@ def test_a_block_start_beats_both_plain_layouts_on_a_hierarchical_fabric():
     block = [polished(g) for name, g in starts if ": blocks " in name]
     plain = [polished(g) for name, g in starts if ": blocks " not in name]
     assert block and min(block) < 0.8 * min(plain)
+
+
+def test_the_starts_stop_scoring_compositions_when_told():
+    """Under a time limit the block tables stop at the starts' share of it: a stop that
+    is true at once leaves the plain layouts only."""
+    from solver.search import _starts
+
+    rng = np.random.default_rng(3)
+    model = random_model(rng, 5, 3, clustered=True)
+    orders = [rng.permutation(model.n)]
+    names = [name for name, _ in _starts(model, orders)]
+    assert sum(": blocks " in n for n in names) == len(names) // 3
+    assert not [n for n, _ in _starts(model, orders, stop=lambda: True) if ": blocks " in n]

@@ -107,9 +107,25 @@ def test_exclude_refuses_a_name_that_is_both_a_host_and_a_device(files, tmp_path
     assert r.exit_code == 0, r.output
 
 
+def test_exclude_ambiguity_names_the_other_host_even_beside_a_cpu_row(tmp_path):
+    """Host "a:1" as a CPU row (its device name is "a:1" too) and GPU 1 of host "a": the
+    message names host 'a', not the CPU row's own host."""
+    n = 4
+    doc = {"labels": ["x"] * n, "alpha_ms": [[0 if i == j else 1 for j in range(n)] for i in range(n)],
+           "beta_gbps": [[0 if i == j else 10 for j in range(n)] for i in range(n)],
+           "devices": [{"host": "a:1", "gpu": None}, {"host": "a", "gpu": 1}, {"host": "a", "gpu": 0},
+                       {"host": "b", "gpu": 0}]}
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps(doc))
+    r = run("select", "-m", str(path), "--pp", "1", "--dp", "2", "--exclude", "a:1")
+    assert r.exit_code == 2, r.output
+    assert "'a:1' names both host 'a:1' and a device of host 'a' in" in r.stderr
+
+
 def test_exclude_without_a_spare_says_the_shortfall(files):
     r = run("solve", "-m", files["regions"], *W44, "--exclude", "h5:0")
     assert r.exit_code == 2 and "1 left out by the operator, the workload needs 16" in r.stderr
+    assert "(--pp, --dp)" not in r.stderr  # the shortfall is the exclusion's, not the shape's
     assert "Traceback" not in r.output
 
 
@@ -122,7 +138,7 @@ def test_compare_seeds_records_each_seed(files):
 
 def test_seeds_that_land_apart_are_reported(files):
     r = run("solve", "-m", files["random"], "--pp", "4", "--dp", "8", "--c-pp", "0.5", "--c-dp", "0.5",
-            "--baseline-samples", "0", "--budget", "2000", "--compare-seeds", "4", "--json")
+            "--baseline-samples", "0", "--budget", "5000", "--compare-seeds", "4", "--json")
     doc = json.loads(r.stdout)
     comms = [s["comm_s"] for s in doc["seeds"]]
     assert (max(comms) - min(comms)) / min(comms) > 0.05

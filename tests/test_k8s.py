@@ -137,6 +137,25 @@ def test_a_rank_cannot_fake_its_exit_status_in_its_output():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_a_pod_needs_no_cat_or_other_tools_beyond_env_mkdir_mktemp_and_rm(tmp_path):
+    """The ranks' statuses are read with the shell's own read: an image without cat
+    still reports a pod whose ranks succeeded as succeeded."""
+    import shutil
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("env", "mkdir", "mktemp", "rm"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    devices = [Device("node0", 0), Device("node0", 1)]
+    plan = build_plan([0, 1], devices, HOSTS[:1], [sys.executable, "-c", "print('ok')"], mode="env")
+    pod = next(d for d in documents(export(plan, "k8s", image=IMAGE)) if d["kind"] == "Pod")
+    out = subprocess.run(pod["spec"]["containers"][0]["command"], capture_output=True, text=True, timeout=60,
+                         env={"PATH": str(bin_dir), "TMPDIR": str(tmp_path)})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert sorted(out.stdout.splitlines()) == ["[rank 0 node0] ok", "[rank 1 node0] ok"]
+    assert [p.name for p in tmp_path.iterdir()] == ["bin"]  # the status folder is removed
+
+
 def test_cli_export_k8s_uses_the_inventorys_node_names(tmp_path):
     fabric = {"labels": ["a", "a", "b"], "alpha_ms": [[0, 1, 1], [1, 0, 1], [1, 1, 0]],
               "beta_gbps": [[0, 9, 9], [9, 0, 9], [9, 9, 0]],

@@ -61,21 +61,24 @@ prefix() {
         printf '%s %s\\n' "$1" "$line"
     done
 }"""
-#: The pod's private folder for the ranks' statuses (mktemp where the image has it).
+#: The pod's private folder for the ranks' statuses (mktemp where the image has it); it
+#: needs a writable $TMPDIR or /tmp (with a read-only root filesystem, an emptyDir there).
 _STATUS_DIR = ('st=$(mktemp -d 2>/dev/null || { d="/tmp/geoconsole-status.$$"; mkdir -m 700 -- "$d" && echo "$d"; }) '
                '|| { echo "geoconsole: cannot create a status folder" >&2; exit 1; }')
 
 
 def pod_script(plan: LaunchPlan, procs: list[Process], service: str) -> str:
     """What the pod runs: every rank of its node at once, output prefixed by rank and
-    host; the pod ends when all have, failing when any failed; TERM (pod deletion) stops
-    them all (the whole process group; the script ignores TERM while it waits)."""
+    host; the pod ends when all have, failing when any failed (each rank's status read
+    from its file with the shell's own ``read``: the image needs only sh, mkdir or
+    mktemp, and rm); TERM (pod deletion) stops them all (the whole process group; the
+    script ignores TERM while it waits)."""
     lines = [_PREFIX, _STATUS_DIR, 'pids=""',
              "trap 'trap \"\" TERM INT; kill -TERM 0 2>/dev/null; wait; rm -rf -- \"$st\"; exit 143' TERM INT"]
     lines += [_rank_line(p, plan.master_addr, service, plan.workdir) for p in procs]
     ranks = " ".join(str(p.rank) for p in procs)
     lines += ['for pid in $pids; do wait "$pid"; done', "status=0",
-              f'for r in {ranks}; do [ "$(cat -- "$st/$r" 2>/dev/null)" = 0 ] || status=1; done',
+              f'for r in {ranks}; do s=; read -r s < "$st/$r" 2>/dev/null; [ "$s" = 0 ] || status=1; done',
               'rm -rf -- "$st"', 'exit "$status"']
     return "\n".join(lines) + "\n"
 
