@@ -87,6 +87,10 @@ def workload_for(n_devices: int, source: str, pp: int | None, dp: int | None, c_
     pipeline. Both given with ``D_PP x D_DP`` below the count: a subset is selected later.
     """
     n = n_devices
+    if (pp is None) != (dp is None) and 0 < (pp or dp) <= n and n % (pp or dp):
+        given = f"D_PP {pp}" if pp is not None else f"D_DP {dp}"
+        raise InputError(f"{source}: {given} does not divide the {n_devices} devices; give both D_PP and D_DP "
+                         f"(D_PP x D_DP <= {n_devices} uses a subset)", "shape")
     if pp is not None and dp is not None and pp * dp < n:
         n = pp * dp
     if pp is None and dp is None:

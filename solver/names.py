@@ -10,6 +10,7 @@ quoted there, and is refused where it is loaded when it
 - (host, node and user names, addresses, interfaces) holds a character outside ASCII:
   a look-alike (Cyrillic ``а`` for Latin ``a``) would show as one host and reach another;
   an international domain name goes in its ASCII form (``xn--...``),
+- (labels) holds ``,``, which separates the names of a ``--regions`` list,
 - holds whitespace, or a control or unprintable character.
 
 Each check returns the problem as text (None when the value is fine), so callers put
@@ -64,6 +65,8 @@ def label_problem(value: Any) -> str | None:
         return f"at most {MAX_LABEL_CHARS} characters, got {len(value)}"
     if value.startswith("-"):
         return f"may not start with '-', got {value[:80]!r}"
+    if "," in value:  # --regions takes a comma-separated list: such a label could never be chosen
+        return f"may not hold ',' (--regions lists are comma-separated), got {value[:80]!r}"
     return _chars(value)
 
 

@@ -115,3 +115,27 @@ def test_a_closed_standard_output_is_not_a_silent_success(ww_path, tmp_path):
                           text=True, timeout=120)
     assert proc.returncode == 1 and "standard output: cannot write the result (it is closed)" in proc.stderr
     assert json.loads(record.read_text())["score_s"] > 0
+
+
+def test_ctrl_c_during_the_demo_stops_it_and_exits_130():
+    """demo solves two fabrics; Ctrl-C used to cut only the current one's baselines, run
+    the next one in full and exit 0. Now it prints what is done and exits 130."""
+    proc = subprocess.Popen([sys.executable, "-m", "geoconsole.cli", "--headless", "demo",
+                             "--baseline-samples", "100000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)  # imports and the first fabric's solve; then its baselines run for about 25 s
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted: baselines stopped early; not run: " in err
+    assert out.startswith("worldwide")
+
+
+@pytest.mark.parametrize("args", [["selftest"], ["demo", "--baseline-samples", "0"], ["demo", "--json",
+                                                                                      "--baseline-samples", "0"]])
+def test_a_full_standard_output_is_one_line_for_other_commands_too(args):
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "geoconsole.cli", "--headless", *args],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == ["error: standard output: cannot write (No space left on device)"]

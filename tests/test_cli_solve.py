@@ -94,7 +94,8 @@ def test_an_unmet_required_locality_is_a_failed_result_exit_1(ww_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--pp", "7"], "64 devices cannot hold D_PP 7"),
+    (["--pp", "7"], "D_PP 7 does not divide the 64 devices; give both D_PP and D_DP"),
+    (["--pp", "100"], "64 devices cannot hold D_PP 100"),
     (["--pp", "8", "--dp", "9"], "cannot hold D_PP 8 x D_DP 9"),
     (["--pp", "8", "--estimate", "zone=1,1"], "--estimate: applies only with --fill-missing"),
     (["--pp", "8", "--fill-missing", "--estimate", "zone=abc"], "--estimate"),

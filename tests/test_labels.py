@@ -50,6 +50,7 @@ def test_valid_values(value):
     ("rack 3", "no spaces or other whitespace"),
     ("rack\t3", "no spaces or other whitespace"),
     ("rack\x1b[31m", "control or unprintable character"),
+    ("eu,us", "may not hold ',' \\(--regions lists are comma-separated\\)"),
     ("a" * (MAX_LABEL_CHARS + 1), "at most 63 characters, got 64"),
     (7, "expected text, got int"),
 ])
@@ -269,10 +270,15 @@ def test_labels_set_command(tmp_path):
                                  "--network-group", "rack-7"])
     assert r.exit_code == 0, r.output
     assert [d.network_group for d in load_fabric(dst).devices[2:4]] == [None, "rack-7"]
+    r = CliRunner().invoke(app, ["labels", "set", "-m", str(dst), "-o", str(dst), "--host", "h1", "--host", "h1",
+                                 "--zone", "z"])
+    assert r.exit_code == 0 and r.output.startswith("set zone=z on 1 host;"), r.output
     for args, match in ((["--host", "h9", "--zone", "z"], "no device h9 in the fabric"),
                         (["--host", "h1", "--gpu", "5", "--zone", "z"], "no device h1:5"),
                         (["--host", "h1"], "nothing to set"),
-                        (["--host", "h1", "--zone", "bad zone"], "--zone: zone: no spaces")):
+                        (["--host", "h1", "--zone", "bad zone"], "--zone: zone: no spaces"),
+                        (["--host", " ", "--zone", "z"], "--host: expected a host name, got ' '"),
+                        (["--host", "h1", "--region", "eu,us"], "--region: region: may not hold ','")):
         r = CliRunner().invoke(app, ["labels", "set", "-m", str(src), "-o", str(dst), *args])
         assert r.exit_code == 2 and match in r.output, (args, r.output)
 
@@ -300,3 +306,16 @@ def test_a_fabric_with_an_invalid_label_is_a_one_line_error(tmp_path):
     r = CliRunner().invoke(app, ["labels", "show", "-m", str(path)])
     assert r.exit_code == 2
     assert r.output == f"error: {path}: devices[0].region: no spaces or other whitespace allowed in 'eu west'\n"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--min-gap", "inf"], "--min-gap: expected a finite ratio >= 1.01, got inf"),
+    (["--keep-contradicting"], "--keep-contradicting applies only with --apply"),
+])
+def test_labels_suggest_refuses_flags_that_would_be_ignored_or_meaningless(ww_path, flags, message):
+    from typer.testing import CliRunner
+
+    from geoconsole.cli import app
+
+    r = CliRunner().invoke(app, ["--headless", "labels", "suggest", "-m", str(ww_path), *flags])
+    assert r.exit_code == 2 and r.output == f"error: {message}\n"

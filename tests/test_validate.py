@@ -137,3 +137,26 @@ async def test_solved_placement_measures_faster_than_a_random_map(emulated_fleet
         assert f"{p.measured_s:.3f}" in text
     assert f"{solution.measured_s:.3f}" in text and f"{solution.model_s:.3f}" in text
     assert "Spearman" in text
+
+
+@pytest.mark.parametrize("flag, message", [
+    (["--backend", "foo"], "--backend 'foo': validate runs on gloo or nccl"),
+    (["--backend", ""], "--backend '': validate runs on gloo or nccl"),
+    (["--scale", "inf"], "--scale: must be a number > 0"),
+    (["--scale", "1e300"], "--scale 1e+300: the scaled payloads are no workload"),
+    (["--random", "1000000000000"], "Invalid value for '--random'"),
+    (["--steps", "100000"], "Invalid value for '--steps'"),
+])
+def test_bad_validate_flags_are_refused_before_any_host_is_reached(ww_path, tmp_path, flag, message):
+    """The inventory's host listens nowhere: a flag checked only after connecting exited 3
+    with a connection error instead of naming the flag."""
+    from typer.testing import CliRunner
+
+    from geoconsole.cli import app
+
+    inv = tmp_path / "inv.toml"
+    inv.write_text('[[hosts]]\nname = "oregon-0"\naddress = "127.0.0.1"\nport = 1\n')
+    r = CliRunner().invoke(app, ["--headless", "validate", "-m", str(ww_path), "-i", str(inv), "--c-pp", "0.512",
+                                 "--c-dp", "0.65", *flag])
+    assert r.exit_code == 2, r.output
+    assert message in r.output and "connection" not in r.output

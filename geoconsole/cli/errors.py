@@ -116,5 +116,27 @@ def cli_errors(func):
             raise fail(with_flag(exc), exit_code_for(exc)) from None
         except KeyboardInterrupt:
             raise fail("interrupted", ExitCode.INTERRUPTED) from None
+        except OSError as exc:
+            if not _stdout_failed(exc):
+                raise
+            silence_stdout()
+            raise fail(f"standard output: cannot write ({exc.strerror or exc})", ExitCode.FAILED) from None
 
     return wrapper
+
+
+def _stdout_failed(exc: OSError) -> bool:
+    """Whether ``exc`` came from writing standard output (a full disk, a closed pipe):
+    raised inside click's ``echo`` or ``print``, or standard output still cannot flush."""
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == "echo" and "click" in code.co_filename:
+            return True
+        tb = tb.tb_next
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except OSError:
+        return True
+    return False

@@ -146,6 +146,10 @@ def suggest_command(
         raise UserError("--apply needs --out FILE for the labelled fabric")
     if out is not None and not apply:
         raise UserError("--out is written only with --apply")
+    if keep_contradicting and not apply:
+        raise UserError("--keep-contradicting applies only with --apply")
+    if not (min_gap == min_gap and min_gap < float("inf")):  # typer's min= lets inf through, words nan oddly
+        raise UserError(f"--min-gap: expected a finite ratio >= 1.01, got {min_gap}")
     with _edit(matrix, out if apply else matrix) as (fabric, save):
         try:
             found = suggest_network_groups(fabric, measured=measured_mask(fabric), min_gap=min_gap)
@@ -213,6 +217,10 @@ def set_command(
         raise UserError("nothing to set: give --region, --zone or --network-group")
     for field, value in changes.items():
         validate_label(field, value, "--" + field.replace("_", "-"))
+    host = list(dict.fromkeys(host))  # a host given twice is labelled (and counted) once
+    for h in host:
+        if not h.strip():
+            raise UserError(f"--host: expected a host name, got {h!r}")
     with _edit(matrix, out) as (fabric, save):
         _set_labels(fabric, save, matrix, host, gpu, changes)
     what = ", ".join(f"{f}={v or '(cleared)'}" for f, v in changes.items())

@@ -6,6 +6,7 @@ asyncssh is imported inside the commands that reach the fleet (``launch`` withou
 
 from __future__ import annotations
 
+import math
 import json
 import sys
 from pathlib import Path
@@ -365,9 +366,9 @@ def validate_command(
     dp_messages: float = DP_MSG,
     rank_map: Optional[str] = typer.Option(None, "--rank-map", "-r", help="The solution to check (default: solve with --seed)."),
     scale: float = typer.Option(1.0, "--scale", help="Multiply both payloads (e.g. 0.01 for a quick check)."),
-    steps: int = typer.Option(5, "--steps", min=1, help="Measured steps per placement (median reported)."),
-    warmup: int = typer.Option(1, "--warmup", min=0, help="Unmeasured steps first."),
-    random_maps: int = typer.Option(2, "--random", min=0, help="Random rank maps to measure."),
+    steps: int = typer.Option(5, "--steps", min=1, max=1000, help="Measured steps per placement (median reported)."),
+    warmup: int = typer.Option(1, "--warmup", min=0, max=100, help="Unmeasured steps first."),
+    random_maps: int = typer.Option(2, "--random", min=0, max=100, help="Random rank maps to measure."),
     seed: int = typer.Option(0, "--seed", min=0, max=MAX_SEED - 1, help="Solver seed (the alternate uses seed + 1) and random-map seed."),
     backend: Optional[str] = typer.Option(None, "--backend", help="gloo or nccl (default: nccl on GPUs, gloo on CPU hosts)."),
     port: int = PORT,
@@ -385,10 +386,12 @@ def validate_command(
 
     from geoconsole.cli.solve import prepare_flags
     from geoconsole.prepare import workload_for
-    from geoconsole.launch.validate import format_report
+    from geoconsole.launch.validate import format_report, scaled
 
-    if not (scale > 0):
-        raise UserError(f"--scale: must be > 0, got {scale}")
+    if not (scale > 0 and math.isfinite(scale)):
+        raise UserError(f"--scale: must be a number > 0, got {scale}")
+    if backend is not None and backend not in ("gloo", "nccl"):  # checked before any host is reached
+        raise UserError(f"--backend {backend!r}: validate runs on gloo or nccl")
     inputs = [("--matrix", matrix), ("--rank-map", rank_map), ("--inventory", inventory)]
     _check_record(record, inputs)
     fabric = load_fabric(matrix, devices=True)
@@ -396,6 +399,10 @@ def validate_command(
     if rank_map:
         fabric, solution = _solution(rank_map, fabric)
     workload = workload_for(fabric.n, str(fabric.source), pp, dp, c_pp, c_dp, pp_messages, dp_messages)
+    try:  # the payloads as measured must be a workload too (--scale 1e300: not finite)
+        scaled(workload, scale)
+    except ValueError as exc:
+        raise UserError(f"--scale {scale:g}: the scaled payloads are no workload: {exc}") from None
     # the same preparation as solve: select D_PP x D_DP devices, seed orders
     prepared = prepare_flags(fabric, workload, group_locality=group_locality, regions=regions,
                              fill=False, estimates=None, learn=True)

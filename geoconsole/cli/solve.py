@@ -290,25 +290,34 @@ def demo_command(
     from geoconsole.solving import SolveOptions, cost_model
 
     docs = {}
-    for name, (make, workload) in DEMOS.items():
-        prepared = prepare_for_solve(make(), workload.n_devices)
-        fabric = prepared.fabric
-        model = cost_model(fabric, workload)
-        # topology starts only: the demo shows the reference layouts, at once
-        outcome = run_solve(model, SolveOptions(seed=seed, restarts=0, baseline_samples=baseline_samples),
-                            progress=False, seed_orders=prepared.seed_orders)
-        docs[name] = solve_json(fabric, model, outcome.result, outcome.baselines, outcome.bound)
-        docs[name]["synthetic"] = bool(fabric.meta.get("synthetic"))
+    with _interruptible() as state:  # Ctrl-C or SIGTERM: print what is done, exit 130
+        for name, (make, workload) in DEMOS.items():
+            if state["stop"]:
+                break
+            prepared = prepare_for_solve(make(), workload.n_devices)
+            fabric = prepared.fabric
+            model = cost_model(fabric, workload)
+            # topology starts only: the demo shows the reference layouts, at once
+            outcome = run_solve(model, SolveOptions(seed=seed, restarts=0, baseline_samples=baseline_samples),
+                                progress=False, seed_orders=prepared.seed_orders, state=state)
+            docs[name] = solve_json(fabric, model, outcome.result, outcome.baselines, outcome.bound)
+            docs[name]["synthetic"] = bool(fabric.meta.get("synthetic"))
+            docs[name]["baselines_cut"] = outcome.baselines_cut
     if as_json:
         typer.echo(json.dumps(docs, indent=1))
-        return
-    for name, doc in docs.items():
-        tag = "  [SYNTHETIC example, made up for the demo]" if doc["synthetic"] else ""
-        typer.echo(f"{name}{tag}: {doc['fabric']['source']}")
-        typer.echo(f"  placement score  {doc['score']['comm_s']:.2f} s")
-        for b in doc["baselines"]:
-            typer.echo(f"  {b['name']:<20} median {b['median']:.2f} s  ->  {b['ratio_median']:.2f}x")
-        typer.echo(f"  lower bound      {doc['lower_bound']['comm_s']:.2f} s; {gap_words(doc['lower_bound'])}")
+    else:
+        for name, doc in docs.items():
+            tag = "  [SYNTHETIC example, made up for the demo]" if doc["synthetic"] else ""
+            typer.echo(f"{name}{tag}: {doc['fabric']['source']}")
+            typer.echo(f"  placement score  {doc['score']['comm_s']:.2f} s")
+            for b in doc["baselines"]:
+                typer.echo(f"  {b['name']:<20} median {b['median']:.2f} s  ->  {b['ratio_median']:.2f}x")
+            typer.echo(f"  lower bound      {doc['lower_bound']['comm_s']:.2f} s; {gap_words(doc['lower_bound'])}")
+    if state["stop"]:
+        skipped = [name for name in DEMOS if name not in docs]
+        left = f"; not run: {', '.join(skipped)}" if skipped else ""
+        typer.echo(f"interrupted: baselines stopped early{left}", err=True)
+        raise typer.Exit(int(ExitCode.INTERRUPTED))
 
 
 def selftest_command() -> None:
