@@ -106,8 +106,7 @@ class _Tables:
         key = (start, length)
         if key not in self._runs:
             groups = run_groups(self.order, self.d_dp, start, length)
-            t_dp = self.model.t_dp
-            data_p = max(float(t_dp[np.ix_(g, g)].sum(axis=1).max()) for g in groups)
+            data_p = float(self.model.peer_sums(np.stack(groups, axis=1)).max())
             inner = sum(self._edge(groups[j], groups[j + 1]) for j in range(length - 1))
             self._runs[key] = (data_p, inner, groups[0], groups[-1])
         return self._runs[key]

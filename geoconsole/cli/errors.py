@@ -127,7 +127,8 @@ def cli_errors(func):
 
 def _stdout_failed(exc: OSError) -> bool:
     """Whether ``exc`` came from writing standard output (a full disk, a closed pipe):
-    raised inside click's ``echo`` or ``print``, or standard output still cannot flush."""
+    raised inside click's ``echo``, or standard output still cannot flush (a ``print``
+    whose text is still buffered)."""
     tb = exc.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code

@@ -6,7 +6,6 @@ asyncssh is imported inside the commands that reach the fleet (``launch`` withou
 
 from __future__ import annotations
 
-import math
 import json
 import sys
 from pathlib import Path
@@ -386,10 +385,12 @@ def validate_command(
 
     from geoconsole.cli.solve import prepare_flags
     from geoconsole.prepare import workload_for
-    from geoconsole.launch.validate import format_report, scaled
+    from geoconsole.launch.validate import check_scale, format_report, scaled
 
-    if not (scale > 0 and math.isfinite(scale)):
-        raise UserError(f"--scale: must be a number > 0, got {scale}")
+    try:  # before the fabric is read: the flag is wrong whatever the files hold
+        check_scale(scale)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     if backend is not None and backend not in ("gloo", "nccl"):  # checked before any host is reached
         raise UserError(f"--backend {backend!r}: validate runs on gloo or nccl")
     inputs = [("--matrix", matrix), ("--rank-map", rank_map), ("--inventory", inventory)]

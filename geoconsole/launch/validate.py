@@ -81,9 +81,14 @@ class ValidationReport:
         }
 
 
-def scaled(workload: Workload, scale: float) -> Workload:
+def check_scale(scale: float) -> None:
+    """ValueError unless ``scale`` is a finite number > 0."""
     if not (scale > 0 and math.isfinite(scale)):
         raise ValueError(f"--scale: must be a number > 0, got {scale!r}")
+
+
+def scaled(workload: Workload, scale: float) -> Workload:
+    check_scale(scale)
     return replace(workload, c_pp=workload.c_pp * scale, c_dp=workload.c_dp * scale)
 
 
