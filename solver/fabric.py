@@ -349,9 +349,9 @@ def fabric_from_json(doc: Any, source: str = "<fabric>") -> Fabric:
     if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
         raise FabricError(f"{source}: labels: expected a list of strings")
     for i, label in enumerate(labels):
-        if not label or len(label) > 512 or not label.isprintable():
+        if not label.strip() or len(label) > 512 or not label.isprintable():
             raise FabricError(f"{source}: labels[{i}]: expected a printable name of 1-512 characters, "
-                              f"got {label[:80]!r}")
+                              f"not only spaces, got {label[:80]!r}")
     n = len(labels)
     if n < 1:
         raise FabricError(f"{source}: labels: needs at least one device")

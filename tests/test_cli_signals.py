@@ -139,3 +139,12 @@ def test_a_full_standard_output_is_one_line_for_other_commands_too(args):
                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == ["error: standard output: cannot write (No space left on device)"]
+
+
+@pytest.mark.parametrize("args", [["select", "--pp", "4", "--dp", "4"], ["labels", "show"]])
+def test_a_closed_standard_output_fails_other_commands_too(ww_path, args):
+    """Started with standard output closed, Python sets sys.stdout to None and click's
+    echo prints nothing: select and labels show exited 0 having printed nothing."""
+    command = " ".join([sys.executable, "-m", "geoconsole.cli", "--headless", *args, "--matrix", str(ww_path)])
+    proc = subprocess.run(["bash", "-c", f"exec >&-; {command}"], stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stderr.strip() == "error: standard output: cannot write (it is closed)"

@@ -70,6 +70,7 @@ FABRIC_DOCS = {
     "labels empty": ({**small_fabric(), "labels": [], "alpha_ms": [], "beta_gbps": [], "devices": []}, "labels"),
     "label with newline": (edit(["labels", 0], "a\nb"), "labels[0]"),
     "label 1000 chars": (edit(["labels", 0], "x" * 1000), "labels[0]"),
+    "label only spaces": (edit(["labels", 0], "   "), "labels[0]"),
     "too few rows": (edit(["alpha_ms"], small_fabric()["alpha_ms"][:3]), "alpha_ms"),
     "short row": (edit(["beta_gbps", 2], [10, 10]), "beta_gbps[2]"),
     "string entry": (edit(["alpha_ms", 0, 1], "1"), "alpha_ms[0][1]"),

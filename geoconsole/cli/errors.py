@@ -7,7 +7,9 @@ wraps a core call in :func:`flag` when the message should name the flag it came 
 
 from __future__ import annotations
 
+import errno
 import functools
+import io
 import sys
 from contextlib import contextmanager
 
@@ -71,6 +73,21 @@ def with_flag(exc: BaseException) -> str:
     return f"{flag_name}: {text}"
 
 
+class ClosedStdout(io.TextIOBase):
+    """Standard output for a process started with it closed (``>&-``; Python sets
+    ``sys.stdout`` to None and click's ``echo`` then prints nothing): every write fails
+    as a closed descriptor would, so a command that prints its result reports it."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "it is closed")
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("standard output is closed")
+
+
 def silence_stdout() -> None:
     """Point standard output at /dev/null after a write to it failed (a full disk, a closed
     pipe), so the interpreter's last flush at exit cannot fail again with a traceback."""
@@ -110,6 +127,8 @@ def cli_errors(func):
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        if sys.stdout is None:
+            sys.stdout = ClosedStdout()
         try:
             return func(*args, **kwargs)
         except (UserError, *_domain_errors()) as exc:
