@@ -129,6 +129,24 @@ def solved_shape(doc: Any) -> tuple[int, int] | None:
     return (pp, dp) if ok else None
 
 
+def shape_for(doc: Any, source: str, pp: int | None, dp: int | None) -> tuple[int | None, int | None]:
+    """``(pp, dp)`` to score or run a rank map with: the shape its solve --json document
+    was solved for when neither flag is given; the flags when they agree with it (or
+    there is no document). A rank's stage and replica follow from the shape, so a map
+    solved for one shape means other stage groups under another: InputError."""
+    shape = solved_shape(doc)
+    if shape is None:
+        return pp, dp
+    if pp is None and dp is None:
+        return shape
+    if (pp or shape[0], dp or shape[1]) != shape:
+        given = " ".join(f"{flag} {v}" for flag, v in (("--pp", pp), ("--dp", dp)) if v is not None)
+        raise InputError(f"{given}: the rank map of {source} was solved for D_PP {shape[0]} x D_DP {shape[1]}; "
+                         "its ranks mean other stage groups under another shape (leave out --pp and --dp "
+                         "to use the solved one)")
+    return pp, dp
+
+
 def _other_devices(doc: Any, fabric) -> str | None:
     """Where a solve --json document's stage groups name other devices than ``fabric``'s
     rows (a document from another fabric), or None. Documents without stage groups

@@ -226,7 +226,8 @@ class SolveScreen(ConsoleScreen):
         from geoconsole.advice import for_solve  # one small re-solve: the poor-device check
 
         found = for_solve(prepared.fabric, model, outcome.result, outcome.baselines, outcome.bound,
-                          now=self.app.clock(), check_device=not self._cancel.is_set())
+                          now=self.app.clock(), check_device=not self._cancel.is_set(),
+                          time_limit=options.time_limit)
         self.post_message(self.Finished(outcome.result, bound, baselines, options, digest,
                                         [a.to_json() for a in found]))
 

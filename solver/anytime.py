@@ -374,6 +374,15 @@ class Walk:
     trace: list[tuple[float, float]] = field(default_factory=list)  #: (clock, Comm)
 
 
+
+def seed_words(seed) -> list[int]:
+    """``seed`` (an int or a sequence of ints) as a list of Python ints, the form
+    ``np.random.default_rng`` takes: numpy turns a list that mixes an int of 2**63 or
+    more with small ones into floats, which it then refuses as a seed."""
+    if isinstance(seed, (list, tuple, np.ndarray)):
+        return [int(x) for x in seed]
+    return [int(seed)]
+
 def temper_walk(n: int) -> int:
     """Scored swaps of one tempering walk under the default stop rule: TEMPER_SWEEPS
     sweeps, at most TEMPER_MAX, scaled down by (512 / N)^3 above 512 devices (there the
@@ -455,7 +464,7 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
         stream = seed
         if restart:
             memory["reseeded"], memory["reseeds"] = grid.tobytes(), memory.get("reseeds", 0) + 1
-            stream = [*np.atleast_1d(seed).tolist(), memory["reseeds"]]
+            stream = [*seed_words(seed), memory["reseeds"]]
         ladder = memory["ladder"] = Ladder(model, grid, np.random.default_rng(stream))
     elif fun < ladder.best - 1e-12 * max(1.0, fun):
         ladder.inject(grid, fun)
@@ -531,7 +540,7 @@ def lineage_ladder(model, shape: tuple[int, int], memory: dict, seed) -> Ladder:
     m)`` for the m-th). The elite is never put into it. No stall is judged on the walk
     after an exploring walk of the lineage's worker (``memory["lineage_idle"]``, set by
     ``temper``). O(N) to draw or rebuild, besides the ladder's own set-up (solver.tempering)."""
-    base = [*np.atleast_1d(seed).tolist(), LINEAGE_STREAM]
+    base = [*seed_words(seed), LINEAGE_STREAM]
 
     def from_random_layout(stream) -> Ladder:
         rng = np.random.default_rng(stream)
@@ -582,7 +591,7 @@ def origin_ladder(model, origins: Sequence[np.ndarray], memory: dict, seed) -> L
     gains (``origin_goes_on``). O(N) besides the ladder's own set-up (solver.tempering)."""
     m = memory["origins"] = memory.get("origins", 0) + 1
     start = origins[(m - 1) % len(origins)] if len(origins) else memory["first"]
-    stream = [*np.atleast_1d(seed).tolist(), ORIGIN_STREAM, m]
+    stream = [*seed_words(seed), ORIGIN_STREAM, m]
     ladder = memory["ladder"] = Ladder(model, np.array(start), np.random.default_rng(stream))
     memory["isolated"], memory["isolated_best"] = True, ladder.best
     return ladder

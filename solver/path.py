@@ -137,39 +137,62 @@ def _two_opt(c: np.ndarray, path: list[int]) -> list[int]:
 
 
 def _or_opt(c: np.ndarray, path: list[int]) -> list[int]:
-    """Move single nodes to their best position while that shortens the path."""
+    """Move single nodes to their best position while that shortens the path.
+
+    For the node at ``idx`` with neighbours ``a, b``, removing it saves ``c[a, node] +
+    c[node, b] - c[a, b]`` and inserting it between ``x, y`` of the rest costs ``c[x,
+    node] + c[node, y] - c[x, y]`` (one edge at a free end): every position is scored
+    at once, O(k) array work per node, O(k^2) a pass (the former rebuilt and rescored
+    the path for each position, O(k^3) a pass: 37 s at k = 200).
+    """
     p = list(path)
+    k = len(p)
+    if k < 3:
+        return p
     improved = True
     while improved:
         improved = False
         base = path_length(c, p)
-        for idx in range(len(p)):
+        for idx in range(k):
             node = p[idx]
-            rest = p[:idx] + p[idx + 1 :]
-            best_len, best_pos = base, None
-            for pos in range(len(rest) + 1):
-                cand = rest[:pos] + [node] + rest[pos:]
-                length = path_length(c, cand)
-                if length < best_len - 1e-12 * max(1.0, base):
-                    best_len, best_pos = length, pos
-            if best_pos is not None:
-                p = rest[:best_pos] + [node] + rest[best_pos:]
+            saved = 0.0
+            if idx > 0:
+                saved += c[p[idx - 1], node]
+            if idx < k - 1:
+                saved += c[node, p[idx + 1]]
+            if 0 < idx < k - 1:
+                saved -= c[p[idx - 1], p[idx + 1]]
+            rest = np.array(p[:idx] + p[idx + 1:])
+            added = np.empty(k)
+            added[0] = c[node, rest[0]]
+            added[k - 1] = c[rest[-1], node]
+            added[1:k - 1] = c[rest[:-1], node] + c[node, rest[1:]] - c[rest[:-1], rest[1:]]
+            length = base - saved + added
+            pos = int(length.argmin())
+            if length[pos] < base - 1e-12 * max(1.0, base):
+                p = rest[:pos].tolist() + [node] + rest[pos:].tolist()
+                base = path_length(c, p)
                 improved = True
-                break
     return p
+
+
+#: Most starts of approximate_path (times k^2, its work): 32 up to k = 100, then fewer,
+#: down to one from k = 566 (8 at k = 200: 0.2 s; one at k = 1000: 0.35 s).
+START_WORK = 32 * 100 * 100
 
 
 def approximate_path(cost: np.ndarray, *, starts: int | None = None) -> tuple[float, list[int]]:
     """Heuristic open Hamiltonian path for any ``k``.
 
-    Nearest-neighbour tours from ``starts`` start nodes (all by default, up to 32),
-    each improved by 2-opt then Or-opt; the shortest is returned.
+    Nearest-neighbour tours from ``starts`` start nodes (by default 32, or fewer above
+    100 nodes so that starts x k^2 stays within START_WORK; at least one), each improved
+    by 2-opt then Or-opt; the shortest is returned.
     """
     c = _check(cost)
     k = c.shape[0]
     if k <= 2:
         return path_length(c, list(range(k))), list(range(k))
-    n_starts = min(k, starts or 32)
+    n_starts = min(k, starts or max(1, min(32, START_WORK // (k * k))))
     best_len, best = np.inf, list(range(k))
     for start in np.linspace(0, k - 1, n_starts).astype(int):
         p, seen = [int(start)], np.zeros(k, dtype=bool)

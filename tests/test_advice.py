@@ -74,6 +74,18 @@ class TestBarelyBeatsRandom:
         fake = SimpleNamespace(name="random stage groups", median=out.result.fun * 1.05, values=np.ones(3))
         assert codes(advice.barely_beats_random(model, out.result.fun, [fake])) == ["barely-beats-random"]
 
+    def test_a_proven_optimum_is_not_blamed_on_the_search(self, uniform, regions):
+        """On a uniform fabric solved to its bound, the warning told the operator the search
+        budget may be too small, beside "optimal"."""
+        _p, model, out = uniform
+        found = advice.barely_beats_random(model, out.result.fun, out.baselines, optimal=True)
+        assert codes(found) == ["uniform-fabric"]
+        _p, model, out = regions
+        fake = SimpleNamespace(name="random stage groups", median=out.result.fun * 1.05, values=np.ones(3))
+        found = advice.barely_beats_random(model, out.result.fun, [fake], optimal=True)
+        assert codes(found) == ["barely-beats-random"] and found[0].severity == advice.INFO
+        assert "optimal" in found[0].message and "budget" not in found[0].message
+
 
 class TestPoorDevice:
     def test_a_device_slow_to_everyone_is_named_with_comm_without_it(self, slow):
@@ -100,6 +112,23 @@ class TestPoorDevice:
         from solver.search import default_budget
 
         assert advice.reduced_budget(64) == int(default_budget(64) * advice.POOR_DEVICE_BUDGET_SHARE)
+
+    @pytest.mark.parametrize("limit, expected", [(None, None), (3.0, advice.POOR_DEVICE_MIN_S),
+                                                 (20.0, 20.0 * advice.POOR_DEVICE_TIME_SHARE)])
+    def test_the_re_solve_takes_a_share_of_the_solve_s_time_limit(self, slow, monkeypatch, limit, expected):
+        """At 100 stages the budgeted re-solve alone took 7 s after a 3 s solve."""
+        import solver.search
+
+        prepared, model, out = slow
+        real, seen = solver.search.solve, []
+
+        def spy(*args, **kwargs):
+            seen.append(kwargs.get("time_limit"))
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(solver.search, "solve", spy)
+        found = advice.for_solve(prepared.fabric, model, out.result, out.baselines, out.bound, time_limit=limit)
+        assert seen == [expected] and "poor-device" in codes(found)
 
 
 class TestSeeds:

@@ -338,3 +338,11 @@ def test_score_takes_the_shape_of_a_solve_document(ww_path, tmp_path):
     result = run("score", "--matrix", ww_path, "--c-pp", "0.512", "--c-dp", "0.65", "-r", saved, "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["comm_s"] == json.loads(solved.stdout)["score"]["comm_s"]
+    for flags in (["--pp", "8", "--dp", "8"], ["--dp", "8"]):  # another shape: refused
+        other = run("score", "--matrix", ww_path, "--c-pp", "0.512", "--c-dp", "0.65", "-r", saved, *flags)
+        assert other.exit_code == 2 and "was solved for D_PP 4 x D_DP 16" in other.output, other.output
+    same = run("score", "--matrix", ww_path, "--c-pp", "0.512", "--c-dp", "0.65", "-r", saved, "--pp", "4")
+    assert same.exit_code == 0, same.output
+    checked = run("validate", "--matrix", ww_path, "-i", tmp_path / "none.toml", "--c-pp", "0.512",
+                  "--c-dp", "0.65", "-r", saved, "--pp", "8")
+    assert checked.exit_code == 2 and "was solved for D_PP 4 x D_DP 16" in checked.output, checked.output

@@ -159,3 +159,14 @@ def test_exploring_walks_spare_only_the_next_lineage_walk_from_a_stall_verdict()
         # nothing gained since: stalled, so it restarts at its best
         second = lineage_ladder(model, (6, 6), memory, [0, 1])
         assert second is not first and all((g == first.best_grid).all() for g in second.grids)
+
+
+@pytest.mark.parametrize("seed", [2**63, 2**64 - 1])
+def test_streams_take_every_seed_the_cli_accepts(seed):
+    """numpy turned [2**63, 1] into floats and refused them as a seed: solve --seed 2**63
+    ended in a traceback (one worker) or a lost worker (two)."""
+    model = _model()
+    assert anytime.seed_words([seed, 1]) == [seed, 1] and anytime.seed_words(seed) == [seed]
+    ladder = lineage_ladder(model, (6, 6), {}, [seed, 1])
+    assert (ladder.grids[0] == _random_layout(model, [seed, 1])).all()
+    assert anytime.origin_ladder(model, [ladder.grids[0]], {}, [seed, 0]).best > 0

@@ -79,3 +79,35 @@ def test_compiled_held_karp_returns_the_numpy_path(monkeypatch):
                 m.setattr(native, "held_karp", lambda: None)
                 numpy_path = held_karp_path(c)
             assert compiled == numpy_path
+
+
+@pytest.mark.parametrize("k", [9, 17, 40])
+def test_or_opt_ends_where_no_single_node_move_shortens_the_path(k):
+    """The vectorised Or-opt scores every insertion at once; its answer must be a local
+    optimum of the moves the former one tried one path at a time."""
+    from solver.path import _or_opt
+
+    rng = np.random.default_rng(k)
+    c = rng.random((k, k))
+    c = c + c.T
+    np.fill_diagonal(c, 0.0)
+    p = _or_opt(c, list(rng.permutation(k)))
+    assert sorted(p) == list(range(k))
+    base = path_length(c, p)
+    for idx in range(k):
+        rest = p[:idx] + p[idx + 1:]
+        for pos in range(k):
+            assert path_length(c, rest[:pos] + [p[idx]] + rest[pos:]) >= base - 1e-9
+
+
+@pytest.mark.parametrize("k, starts", [(64, 32), (100, 32), (200, 8), (1000, 1)])
+def test_approximate_path_takes_fewer_starts_on_long_pipelines(k, starts, monkeypatch):
+    """32 starts at 200 stages took 37 s before a --time-limit could act."""
+    import solver.path as path
+
+    calls = []
+    monkeypatch.setattr(path, "_or_opt", lambda c, p: calls.append(1) or p)
+    monkeypatch.setattr(path, "_two_opt", lambda c, p: p)
+    rng = np.random.default_rng(0)
+    approximate_path(rng.random((k, k)))
+    assert len(calls) == starts

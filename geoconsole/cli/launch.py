@@ -398,7 +398,10 @@ def validate_command(
     fabric = load_fabric(matrix, devices=True)
     solution = None
     if rank_map:
-        fabric, solution = _solution(rank_map, fabric)
+        from geoconsole.rank_maps import shape_for, solution_with_document
+
+        fabric, solution, doc = solution_with_document(rank_map, fabric)
+        pp, dp = shape_for(doc, shown(rank_map), pp, dp)
     workload = workload_for(fabric.n, str(fabric.source), pp, dp, c_pp, c_dp, pp_messages, dp_messages)
     try:  # the payloads as measured must be a workload too (--scale 1e300: not finite)
         scaled(workload, scale)

@@ -202,7 +202,8 @@ def _solve_advice(fabric, prepared, model, outcome, options, compare_seeds, step
     prepare["regions"] = parse_regions(prepare["regions"])
     items = advice.for_solve(prepared.fabric, model, outcome.result, outcome.baselines, outcome.bound,
                              seed_comms=comms, step_compute_s=step_compute_s, check_device=not should_stop(),
-                             without=advice.spare_without(fabric, model.workload, **prepare))
+                             without=advice.spare_without(fabric, model.workload, **prepare),
+                             time_limit=options.time_limit)
     doc: dict = {"advice": with_hints(items)}
     if comms:
         doc["seeds"] = [{"seed": k, "comm_s": v} for k, v in sorted(comms.items())]
@@ -260,13 +261,13 @@ def score_command(
 
     from geoconsole.report import format_rank_map, format_score, score_json
 
-    from geoconsole.rank_maps import solution_with_document, solved_shape
+    from geoconsole.rank_maps import shape_for, solution_with_document
     from geoconsole.solving import cost_model
+    from solver.files import shown
 
     fabric = load_fabric(matrix)
     fabric, ranks, doc = solution_with_document(rank_map, fabric)
-    if pp is None and dp is None:  # a solve --json document: the shape it was solved for
-        pp, dp = solved_shape(doc) or (None, None)
+    pp, dp = shape_for(doc, shown(rank_map), pp, dp)  # a solve --json document: its shape
     workload = workload_for(fabric.n, str(fabric.source), pp, dp, c_pp, c_dp, pp_messages, dp_messages)
     model = cost_model(fabric, workload)
     try:
