@@ -5,7 +5,8 @@
  * two columns' peer sums, the at most four touched edges; the other columns' DataP come
  * from running totals, O(D_PP) only when the largest column is touched); a share
  * COLUMN_SHARE of them (kernel only) swaps two whole columns instead, a share
- * TAIL_SHARE swaps two pipelines' devices right of one edge, and a share CRIT_SHARE
+ * TAIL_SHARE swaps two pipelines' devices right of one edge, a share BLOCK_SHARE swaps
+ * two pipeline segments of 2-4 stages (block_move), and a share CRIT_SHARE
  * swaps a critical device (the largest column's, a slowest link's) with any other.
  * Random numbers: xoshiro256** seeded by the caller. Built on first use by solver/native.py; the numpy
  * Ladder is used wherever it cannot be built.
@@ -92,7 +93,8 @@ static void commit_edges(double *ed, double *em, const int *touched, const doubl
 #define COLUMN_SHARE 0.125
 /* Share of proposals that swap a critical device (``critical``) with a uniform one;
  * the other device swaps pick both uniformly. It is taken from the top of the draw
- * that picks the kind of proposal, so it acts as at most 1 - COLUMN_SHARE - TAIL_SHARE. ``-DCRIT_SHARE=0`` builds the kernel
+ * that picks the kind of proposal, so it acts as at most 1 - COLUMN_SHARE - TAIL_SHARE -
+ * BLOCK_SHARE. ``-DCRIT_SHARE=0`` builds the kernel
  * without critical picks, for comparisons (solver/tempering.py has the figures). */
 #ifndef CRIT_SHARE
 #define CRIT_SHARE 0.75
@@ -100,6 +102,12 @@ static void commit_edges(double *ed, double *em, const int *touched, const doubl
 #ifndef TAIL_SHARE
 #define TAIL_SHARE 0.125
 #endif
+/* Share of proposals that swap two pipeline segments (``block_move``), and their most
+ * stages; ``-DBLOCK_SHARE=0`` builds the kernel without them. */
+#ifndef BLOCK_SHARE
+#define BLOCK_SHARE 0.0625
+#endif
+#define BLOCK_MOST 4
 
 /* Running sums of one chain, so a proposal costs O(D_DP) and not O(D_PP) more: the
  * column DataP total and its largest column, the edge and mean-link totals. Recomputed
@@ -217,6 +225,76 @@ static void tail_move(int64_t *g, int r, int p, double *cd, double *ed, double *
     keep_best(g, n, *energy, best, best_grid);
 }
 
+/* One proposal that swaps two pipeline segments of L consecutive stages (2 <= L <=
+ * BLOCK_MOST, L <= p / 2): row r1's devices in columns a .. a + L - 1 with row r2's in
+ * columns b .. b + L - 1, the two column ranges disjoint (r1 = r2 allowed). A host that
+ * holds a run of stages of one pipeline keeps its internal links as the run moves to
+ * other stage groups; device swaps would break them one at a time, each step uphill by
+ * about a crossing. Each of the 2L columns changes one device (its peer sums, O(D_DP)),
+ * and the edges beside and inside the two ranges are rescored: O(L D_DP + D_PP).
+ * ``bufs`` holds 2 BLOCK_MOST r doubles. */
+static void block_move(int64_t *g, int r, int p, double *S, double *cd, double *ed, double *em,
+                       const double *tpp, const double *tdp, int n, uint64_t *rng,
+                       double *energy, double *smooth, double temp, double lam, double *best,
+                       int64_t *best_grid, Totals *tot, double *bufs) {
+    int most = p / 2 < BLOCK_MOST ? p / 2 : BLOCK_MOST;
+    if (most < 2) return;
+    int L = 2 + (int)below(rng, most - 1);
+    int a = (int)below(rng, p - L + 1);
+    int left = a - L + 1 > 0 ? a - L + 1 : 0, right = p - 2 * L - a + 1 > 0 ? p - 2 * L - a + 1 : 0;
+    if (left + right == 0) return;
+    int q = (int)below(rng, left + right);
+    int b = q < left ? q : a + L + (q - left);
+    int r1 = (int)below(rng, r), r2 = (int)below(rng, r);
+    double nd[2 * BLOCK_MOST];
+    int col[2 * BLOCK_MOST];
+    double dpsum = tot->dpsum;
+    for (int k = 0; k < L; k++) {
+        int64_t *u = &g[r1 * p + a + k], *v = &g[r2 * p + b + k], x = *u, y = *v;
+        *u = y; *v = x;
+        col[k] = a + k; col[L + k] = b + k;
+        nd[k] = column_sums(g, r, p, a + k, x, y, S, tdp, n, bufs + (size_t)k * r);
+        nd[L + k] = column_sums(g, r, p, b + k, y, x, S, tdp, n, bufs + (size_t)(L + k) * r);
+        dpsum += nd[k] - cd[a + k] + nd[L + k] - cd[b + k];
+    }
+    double dp = -INFINITY;
+    int top = -1;
+    for (int s = 0; s < p; s++) {
+        if ((s >= a && s < a + L) || (s >= b && s < b + L)) continue;
+        if (top < 0 || cd[s] > dp) { dp = cd[s]; top = s; }
+    }
+    for (int k = 0; k < 2 * L; k++)
+        if (top < 0 || nd[k] > dp) { dp = nd[k]; top = col[k]; }
+    int touched[2 * BLOCK_MOST + 2], nt = 0;
+    double newe[2 * BLOCK_MOST + 2], newm[2 * BLOCK_MOST + 2];
+    double pipe = tot->pipe, msum = tot->msum;
+    for (int e = 0; e < p - 1; e++) {
+        if (!((e >= a - 1 && e < a + L) || (e >= b - 1 && e < b + L))) continue;
+        touched[nt] = e;
+        newe[nt] = edge_value(g, r, p, e, tpp, n, &newm[nt]);
+        pipe += newe[nt] - ed[e];
+        msum += newm[nt] - em[e];
+        nt++;
+    }
+    if (!accept(p, ed, em, touched, newe, newm, nt, dp, dpsum, pipe, msum, rng, energy, smooth,
+                temp, lam, tot)) {
+        for (int k = 0; k < L; k++) {
+            int64_t t = g[r1 * p + a + k];
+            g[r1 * p + a + k] = g[r2 * p + b + k];
+            g[r2 * p + b + k] = t;
+        }
+        return;
+    }
+    for (int k = 0; k < 2 * L; k++) {
+        const double *buf = bufs + (size_t)k * r;
+        for (int rr = 0; rr < r; rr++) S[g[rr * p + col[k]]] = buf[rr];
+        cd[col[k]] = nd[k];
+    }
+    tot->top = top;
+    tot->dpsum = dpsum;
+    keep_best(g, n, *energy, best, best_grid);
+}
+
 /* A critical grid position of chain grid g (p > 2, as pt_run calls it): a device of the
  * column with the largest DataP, or one end of a random edge's slowest link (half
  * each); O(D_DP). Comm is
@@ -250,10 +328,11 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
     double newe[4], newm[4];
     int touched[4];
     if (n < 2 || k < 1) return -1;
-    double *work = malloc(sizeof(double) * (2 * (size_t)r + 2 * (size_t)k));
+    double *work = malloc(sizeof(double) * ((2 + 2 * BLOCK_MOST) * (size_t)r + 2 * (size_t)k));
     Totals *tots = malloc(sizeof(Totals) * (size_t)k);
     if (work == NULL || tots == NULL) { free(work); free(tots); return -2; }
     double *buf1 = work, *buf2 = work + r, *temp_of = work + 2 * r, *lam_of = temp_of + k;
+    double *bufs = lam_of + k;
     const int np = p > 1 ? p - 1 : 0;
     for (int l = 0; l < k; l++) { temp_of[chain_at[l]] = rung_temp[l]; lam_of[chain_at[l]] = rung_lam[l]; }
     for (int c = 0; c < k; c++)
@@ -276,6 +355,11 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
                 if (r > 1 && u < COLUMN_SHARE + TAIL_SHARE) {
                     tail_move(g, r, p, cd, ed, em, tpp, n, rng, &energy[c], &smooth[c],
                               temp_of[c], lam_of[c], best, best_grid, &tots[c]);
+                    continue;
+                }
+                if (p > 3 && u < COLUMN_SHARE + TAIL_SHARE + BLOCK_SHARE) {
+                    block_move(g, r, p, S, cd, ed, em, tpp, tdp, n, rng, &energy[c], &smooth[c],
+                               temp_of[c], lam_of[c], best, best_grid, &tots[c], bufs);
                     continue;
                 }
             }

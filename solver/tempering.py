@@ -27,6 +27,24 @@ to the next edge and need a cascade along the pipeline. Default stop rule (exact
 clock), seeds 0-6 on the seven suite instances: mean +3.08% above the best known without
 these swaps, +2.56% with them (16 x 4: +11.6% -> +8.9%; 10 x 8: +2.8% -> +2.0%; 12 x 8
 and 8 x 24 about 0.2 points worse), in 17% less wall time.
+A further 1/16 (BLOCK_SHARE) swaps two pipeline *segments*: row ``r1``'s devices in
+columns ``a .. a + L - 1`` with row ``r2``'s in ``b .. b + L - 1`` (2 <= L <= 4, the two
+ranges disjoint). On hierarchical fabrics a host often holds a run of one pipeline's
+stages (its links inside cost 0.03 s where a crossing costs 4-5 s); moving that run to
+other stage groups whole keeps those links, where device swaps break them one at a time,
+each step uphill by about a crossing, so the cold rungs never trade a region crossing
+for DataP. Each of the 2L columns changes one device (its peer sums, O(D_DP)) and the
+edges beside and inside the ranges are rescored: O(L D_DP + D_PP) a proposal. One
+session, ``--time-limit 10``, 2 workers, seeds 0-4, mean Comm without -> with (each
+instance both ways one after the other): 12 x 8 draw 9 47.40 -> 46.70 s, draw 3 35.08 ->
+34.88 s, draw 1 39.14 -> 38.74 s, draw 5 39.46 -> 39.33 s; 16 x 4 draw 5 47.66 -> 47.48 s,
+draw 0 34.36 -> 34.32 s; 10 x 8 draw 3 41.34 -> 41.06 s (one seed at 39.81 s, the lowest
+found), draw 5 25.23 s both; 8 x 24 draw 3 38.47 -> 38.10 s, draw 1 41.79 -> 42.18 s
+(seeds at 40.65-44.37 and 40.88-45.89 s: two basins either way), draw 5 36.57 -> 37.27 s
+(one seed at 41.09 s, the other four at 35.95-36.93 s against 36.05-37.09 s); 8 x 8 draw 0 23.93 ->
+23.92 s; 4 x 12 draw 2 31.01 s both. A share of 1/8 in the same session: 12 x 8 draw 1
+39.18 s, 8 x 24 draw 1 43.06 s, 10 x 8 draw 5 25.21 s, 12 x 8 draw 5 39.35 s, 16 x 4
+draw 0 34.32 s: no better than 1/16 and worse on two.
 The rest of the kernel's proposals (CRIT_SHARE in solver/tempering.c, 3/4 of all, at
 least three stage groups) pick the first device of the swap among the *critical* ones:
 half the time a device of the column with the largest DataP, half an end of a random
