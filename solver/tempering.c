@@ -103,11 +103,14 @@ static void commit_edges(double *ed, double *em, const int *touched, const doubl
 #define TAIL_SHARE 0.125
 #endif
 /* Share of proposals that swap two pipeline segments (``block_move``), and their most
- * stages; ``-DBLOCK_SHARE=0`` builds the kernel without them. */
+ * stages; ``-DBLOCK_SHARE=0`` builds the kernel without them, ``-DBLOCK_MOST=6`` with
+ * longer ones, for comparisons (solver/tempering.py has the figures). */
 #ifndef BLOCK_SHARE
 #define BLOCK_SHARE 0.0625
 #endif
+#ifndef BLOCK_MOST
 #define BLOCK_MOST 4
+#endif
 
 /* Running sums of one chain, so a proposal costs O(D_DP) and not O(D_PP) more: the
  * column DataP total and its largest column, the edge and mean-link totals. Recomputed

@@ -44,7 +44,15 @@ found), draw 5 25.23 s both; 8 x 24 draw 3 38.47 -> 38.10 s, draw 1 41.79 -> 42.
 (one seed at 41.09 s, the other four at 35.95-36.93 s against 36.05-37.09 s); 8 x 8 draw 0 23.93 ->
 23.92 s; 4 x 12 draw 2 31.01 s both. A share of 1/8 in the same session: 12 x 8 draw 1
 39.18 s, 8 x 24 draw 1 43.06 s, 10 x 8 draw 5 25.21 s, 12 x 8 draw 5 39.35 s, 16 x 4
-draw 0 34.32 s: no better than 1/16 and worse on two.
+draw 0 34.32 s: no better than 1/16 and worse on two. Tried in a later session, not
+kept (same 10 s runs; the 1/16 rule's own runs of the same seeds in that session first):
+segments of up to 6 stages (``-DBLOCK_MOST=6``; up to D_PP / 2) 12 x 8 draw 9 47.00 ->
+46.87 s, draw 1 39.13 -> 39.05 s, draw 0 43.97 s both, draw 4 21.88 -> 21.97 s; 10 x 8
+draw 3 40.36 -> 39.95 s, draw 0 43.86 -> 43.88 s, draw 1 30.89 -> 30.87 s; 16 x 4 draw 5
+47.46 -> 47.13 s, draw 1 23.56 s both: within the runs' noise (the 1/16 rule's draw-9 12
+x 8 gave 46.70 s in the first session, 47.00 s in this one). Half the segments holding
+a critical position (as the device swaps' first pick): 46.83, 40.34, 39.17 and 47.50 s
+on the first four of those.
 The rest of the kernel's proposals (CRIT_SHARE in solver/tempering.c, 3/4 of all, at
 least three stage groups) pick the first device of the swap among the *critical* ones:
 half the time a device of the column with the largest DataP, half an end of a random
