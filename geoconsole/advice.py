@@ -72,6 +72,7 @@ the budget alone would not: at 100 stages every pipeline order is an approximate
 of 0.1-0.3 s, and the budgeted re-solve took 7 s after a 3 s solve."""
 
 POOR_DEVICE_MIN_S = 0.5
+"""The re-solve's shortest time under a time limit, never more than the limit itself."""
 
 SEED_SPREAD = 0.05
 """(max - min) / min of Comm over the seeds solved above which results "vary across
@@ -128,7 +129,8 @@ def barely_beats_random(model: Any, comm: float, baselines: Sequence[Any], *,
                         optimal: bool = False) -> list[Advice]:
     """The random-stage-groups median within BARELY_BEATS_RANDOM of ``comm``. A placement
     proven ``optimal`` is not blamed on the search: on a uniform fabric only
-    ``uniform-fabric`` is said, otherwise the payloads are the suspects (as info)."""
+    ``uniform-fabric`` is said, otherwise ``optimal-near-random`` names the payloads as
+    the suspects (info, with no hint to search longer)."""
     groups = next((d for d in baselines if d.name == "random stage groups" and d.values.size), None)
     if groups is None or comm <= 0:
         return []
@@ -144,7 +146,7 @@ def barely_beats_random(model: Any, comm: float, baselines: Sequence[Any], *,
                           f"of their median), the payloads or message counts may be wrong, or the search "
                           f"budget too small; check bytes and message counts and compare seeds"))
     elif spread > UNIFORM_SPREAD:
-        out.append(Advice("barely-beats-random", INFO,
+        out.append(Advice("optimal-near-random", INFO,
                           f"the placement is optimal, yet beats the random-stage-groups median "
                           f"({groups.median:.2f} s) by only {ratio:.2f}x: most placements are nearly as good "
                           f"(link costs span {100 * spread:.1f}% of their median), or the payloads or message "
@@ -232,7 +234,8 @@ def poor_device(model: Any, score: Any, fabric: Fabric, *, seed: int = 0, budget
         spare = (cost_model(other, model.workload), seed_orders_for(other),
                  "with a typical device (the median link) in its place")
     other_model, orders, how = spare
-    limit = None if time_limit is None else max(POOR_DEVICE_MIN_S, POOR_DEVICE_TIME_SHARE * time_limit)
+    limit = None if time_limit is None else min(time_limit, max(POOR_DEVICE_MIN_S,
+                                                                POOR_DEVICE_TIME_SHARE * time_limit))
     result = solve(other_model, seed=seed, budget=reduced_budget(other_model.n, budget), restarts=1,
                    seed_orders=orders, time_limit=limit)
     gain = (score.comm - result.fun) / score.comm

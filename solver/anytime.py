@@ -374,7 +374,6 @@ class Walk:
     trace: list[tuple[float, float]] = field(default_factory=list)  #: (clock, Comm)
 
 
-
 def seed_words(seed) -> list[int]:
     """``seed`` (an int or a sequence of ints) as a list of Python ints, the form
     ``np.random.default_rng`` takes: numpy turns a list that mixes an int of 2**63 or
@@ -382,6 +381,7 @@ def seed_words(seed) -> list[int]:
     if isinstance(seed, (list, tuple, np.ndarray)):
         return [int(x) for x in seed]
     return [int(seed)]
+
 
 def temper_walk(n: int) -> int:
     """Scored swaps of one tempering walk under the default stop rule: TEMPER_SWEEPS

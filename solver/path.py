@@ -177,14 +177,14 @@ def _or_opt(c: np.ndarray, path: list[int]) -> list[int]:
 
 
 #: Most starts of approximate_path (times k^2, its work): 32 up to k = 100, then fewer,
-#: down to one from k = 566 (8 at k = 200: 0.2 s; one at k = 1000: 0.35 s).
+#: down to one from k = 401 (8 at k = 200: 0.2 s; one at k = 1000: 0.35 s).
 START_WORK = 32 * 100 * 100
 
 
 def approximate_path(cost: np.ndarray, *, starts: int | None = None) -> tuple[float, list[int]]:
     """Heuristic open Hamiltonian path for any ``k``.
 
-    Nearest-neighbour tours from ``starts`` start nodes (by default 32, or fewer above
+    Nearest-neighbour tours from ``starts`` start nodes (by default all k up to 32, fewer above
     100 nodes so that starts x k^2 stays within START_WORK; at least one), each improved
     by 2-opt then Or-opt; the shortest is returned.
     """

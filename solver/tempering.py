@@ -29,7 +29,8 @@ these swaps, +2.56% with them (16 x 4: +11.6% -> +8.9%; 10 x 8: +2.8% -> +2.0%; 
 and 8 x 24 about 0.2 points worse), in 17% less wall time.
 A further 1/16 (BLOCK_SHARE) swaps two pipeline *segments*: row ``r1``'s devices in
 columns ``a .. a + L - 1`` with row ``r2``'s in ``b .. b + L - 1`` (2 <= L <= 4, the two
-ranges disjoint). On hierarchical fabrics a host often holds a run of one pipeline's
+ranges disjoint; ``a`` is drawn first, and a draw that leaves no room for ``b`` is spent
+as it is: up to 1/3 of the segment proposals at 4 stages, 1/5 at 8, none from 11). On hierarchical fabrics a host often holds a run of one pipeline's
 stages (its links inside cost 0.03 s where a crossing costs 4-5 s); moving that run to
 other stage groups whole keeps those links, where device swaps break them one at a time,
 each step uphill by about a crossing, so the cold rungs never trade a region crossing
@@ -53,8 +54,8 @@ draw 3 40.36 -> 39.95 s, draw 0 43.86 -> 43.88 s, draw 1 30.89 -> 30.87 s; 16 x 
 x 8 gave 46.70 s in the first session, 47.00 s in this one). Half the segments holding
 a critical position (as the device swaps' first pick): 46.83, 40.34, 39.17 and 47.50 s
 on the first four of those.
-The rest of the kernel's proposals (CRIT_SHARE in solver/tempering.c, 3/4 of all, at
-least three stage groups) pick the first device of the swap among the *critical* ones:
+The rest of the kernel's proposals (CRIT_SHARE in solver/tempering.c, 3/4 of all less
+the segment swaps' 1/16, at least three stage groups) pick the first device of the swap among the *critical* ones:
 half the time a device of the column with the largest DataP, half an end of a random
 edge's slowest link (an O(D_DP) scan); the partner stays uniform. Comm is a maximum plus
 a sum of maxima, so a swap that touches neither the largest column nor a slowest link

@@ -83,7 +83,7 @@ class TestBarelyBeatsRandom:
         _p, model, out = regions
         fake = SimpleNamespace(name="random stage groups", median=out.result.fun * 1.05, values=np.ones(3))
         found = advice.barely_beats_random(model, out.result.fun, [fake], optimal=True)
-        assert codes(found) == ["barely-beats-random"] and found[0].severity == advice.INFO
+        assert codes(found) == ["optimal-near-random"] and found[0].severity == advice.INFO
         assert "optimal" in found[0].message and "budget" not in found[0].message
 
 
@@ -114,7 +114,7 @@ class TestPoorDevice:
         assert advice.reduced_budget(64) == int(default_budget(64) * advice.POOR_DEVICE_BUDGET_SHARE)
 
     @pytest.mark.parametrize("limit, expected", [(None, None), (3.0, advice.POOR_DEVICE_MIN_S),
-                                                 (20.0, 20.0 * advice.POOR_DEVICE_TIME_SHARE)])
+                                                 (20.0, 20.0 * advice.POOR_DEVICE_TIME_SHARE), (0.2, 0.2)])
     def test_the_re_solve_takes_a_share_of_the_solve_s_time_limit(self, slow, monkeypatch, limit, expected):
         """At 100 stages the budgeted re-solve alone took 7 s after a 3 s solve."""
         import solver.search
@@ -233,3 +233,14 @@ def test_for_solve_gathers_the_rules(uniform):
     found = advice.for_solve(prepared.fabric, model, out.result, out.baselines, out.bound, now=NOW,
                              seed_comms={0: 10.0, 1: 20.0}, step_compute_s=0.1)
     assert {"barely-beats-random", "uniform-fabric", "seeds-vary", "sync-too-slow"} <= set(codes(found))
+
+
+def test_for_solve_does_not_blame_the_search_for_a_result_at_its_bound(uniform):
+    """An optimum is known by the solve's status or by a bound that meets Comm."""
+    prepared, model, out = uniform
+    at_bound = SimpleNamespace(value=float(out.result.fun))
+    found = advice.for_solve(prepared.fabric, model, out.result, out.baselines, at_bound, now=NOW)
+    assert "uniform-fabric" in codes(found) and "barely-beats-random" not in codes(found)
+    below = SimpleNamespace(value=float(out.result.fun) * 0.5)
+    found = advice.for_solve(prepared.fabric, model, out.result, out.baselines, below, now=NOW)
+    assert "barely-beats-random" in codes(found)

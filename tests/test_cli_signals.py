@@ -148,3 +148,27 @@ def test_a_closed_standard_output_fails_other_commands_too(ww_path, args):
     command = " ".join([sys.executable, "-m", "geoconsole.cli", "--headless", *args, "--matrix", str(ww_path)])
     proc = subprocess.run(["bash", "-c", f"exec >&-; {command}"], stderr=subprocess.PIPE, text=True, timeout=120)
     assert proc.returncode == 1 and proc.stderr.strip() == "error: standard output: cannot write (it is closed)"
+
+
+@pytest.mark.parametrize("printer", ["print('x')", "__import__('rich.console').console.Console().print('x')"])
+def test_a_closed_standard_output_is_one_line_for_print_and_rich_too(printer):
+    """inventory and probe print with print() and Rich, which click's echo check missed:
+    with ClosedStdout installed they ended in a traceback."""
+    code = ("import sys, typer\nfrom geoconsole.cli.errors import cli_errors\n"
+            f"run = cli_errors(lambda: {printer})\n"
+            "try:\n    run()\nexcept typer.Exit as exc:\n    sys.exit(exc.exit_code)\n")
+    proc = subprocess.run(["bash", "-c", f"exec >&-; {sys.executable} -c \"$0\"", code], stderr=subprocess.PIPE,
+                          text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stderr.strip() == "error: standard output: cannot write (it is closed)", \
+        proc.stderr
+
+
+def test_a_closed_standard_output_leaves_no_free_descriptor_1():
+    """With descriptor 1 closed, the next file opened got it and became the standard
+    output of every subprocess (ssh); cli_errors puts /dev/null there."""
+    code = ("import os, typer\nfrom geoconsole.cli.errors import cli_errors\n"
+            "fd = []\nrun = cli_errors(lambda: fd.append(os.open(os.devnull, os.O_RDONLY)))\nrun()\n"
+            "os.write(2, str(fd[0]).encode())\n")
+    proc = subprocess.run(["bash", "-c", f"exec >&-; {sys.executable} -c \"$0\"", code], stderr=subprocess.PIPE,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr.strip() not in ("", "1"), proc.stderr

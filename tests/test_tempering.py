@@ -87,6 +87,30 @@ def test_kernel_steps_keep_running_sums_exact_before_the_resync():
                                                  + 2 * ladder._means(g).sum())
 
 
+@pytest.mark.parametrize("d_pp, d_dp", [(12, 8), (5, 1), (9, 2), (16, 4)])
+def test_kernel_bookkeeping_holds_between_exchange_steps(monkeypatch, d_pp, d_dp):
+    """Off an exchange step nothing is recomputed: the energy, the largest column (which
+    the energy reads) and every sum come from the moves' own updates, segment swaps
+    included (D_PP of 4 or more)."""
+    if native.kernel() is None:
+        pytest.fail(native.why_not())
+    from solver import tempering
+
+    monkeypatch.setattr(tempering, "EXCHANGE_EVERY", 10**9)
+    rng = np.random.default_rng(5)
+    model = random_model(rng, d_pp, d_dp, clustered=True)
+    n = d_pp * d_dp
+    ladder = Ladder(model, rng.permutation(n).reshape(d_dp, d_pp), np.random.default_rng(1), chains=6)
+    ladder._run_native(native.kernel(), 30_001, lambda: False, lambda f: None)
+    for c in range(ladder.k):
+        score = model.score_grid(ladder.grids[c])
+        assert sorted(ladder.grids[c].ravel()) == list(range(n))
+        assert ladder.energy[c] == pytest.approx(score.comm, rel=1e-9)
+        assert np.allclose(ladder.sums[c], ladder._sums(ladder.grids[c]))
+        assert np.allclose(ladder.col_dp[c], score.stage_data_p) and np.allclose(ladder.edges[c], score.edge_s)
+    assert model.score_grid(ladder.best_grid).comm == pytest.approx(ladder.best, rel=1e-9)
+
+
 def test_kernel_reorders_whole_stage_groups():
     """Six tight clusters of eight, linked in a chain (cluster k near k + 1): every stage
     group is already one cluster, only the pipeline order is wrong. A device swap between

@@ -76,7 +76,8 @@ def with_flag(exc: BaseException) -> str:
 class ClosedStdout(io.TextIOBase):
     """Standard output for a process started with it closed (``>&-``; Python sets
     ``sys.stdout`` to None and click's ``echo`` then prints nothing): every write fails
-    as a closed descriptor would, so a command that prints its result reports it."""
+    as a closed descriptor would (strerror "it is closed", which solve's message
+    repeats), so a command that prints its result reports it."""
 
     def writable(self) -> bool:
         return True
@@ -88,11 +89,33 @@ class ClosedStdout(io.TextIOBase):
         raise io.UnsupportedOperation("standard output is closed")
 
 
+def _close_stdout() -> None:
+    """Install :class:`ClosedStdout` for a process started with standard output closed,
+    and put /dev/null on descriptor 1: a file opened later would otherwise get that
+    descriptor and become the standard output of every subprocess (ssh)."""
+    import os
+
+    sys.stdout = ClosedStdout()
+    try:
+        os.fstat(1)
+    except OSError:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            if devnull != 1:
+                os.dup2(devnull, 1)
+                os.close(devnull)
+        except OSError:
+            pass
+
+
 def silence_stdout() -> None:
     """Point standard output at /dev/null after a write to it failed (a full disk, a closed
     pipe), so the interpreter's last flush at exit cannot fail again with a traceback."""
     import os
 
+    if isinstance(sys.stdout, ClosedStdout):
+        sys.stdout = open(os.devnull, "w")
+        return
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -128,7 +151,7 @@ def cli_errors(func):
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         if sys.stdout is None:
-            sys.stdout = ClosedStdout()
+            _close_stdout()
         try:
             return func(*args, **kwargs)
         except (UserError, *_domain_errors()) as exc:
@@ -148,6 +171,8 @@ def _stdout_failed(exc: OSError) -> bool:
     """Whether ``exc`` came from writing standard output (a full disk, a closed pipe):
     raised inside click's ``echo``, or standard output still cannot flush (a ``print``
     whose text is still buffered)."""
+    if isinstance(sys.stdout, ClosedStdout):  # every write to it fails: print, Rich, echo
+        return True
     tb = exc.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code

@@ -20,7 +20,7 @@ from geoconsole.cli.errors import UserError, cli_errors, flag
 from geoconsole.cli.exitcodes import ExitCode
 from geoconsole.solving import MAX_SEED
 
-from geoconsole.cli.options import (ACCEPT_NEW, C_DP, C_PP, DP, DP_MSG, PP, PP_MSG, GROUP_LOCALITY, INVENTORY, INVENTORY_REQUIRED, JSON_OUT, KNOWN_HOSTS, MATRIX,
+from geoconsole.cli.options import (ACCEPT_NEW, C_DP, C_PP, DP_MSG, DP_OF_MAP, PP_MSG, PP_OF_MAP, GROUP_LOCALITY, INVENTORY, INVENTORY_REQUIRED, JSON_OUT, KNOWN_HOSTS, MATRIX,
                                     RANK_MAP, RECORD,
                                     REGIONS, known_hosts_flag, load_fabric)
 
@@ -359,8 +359,8 @@ def validate_command(
     inventory: Path = INVENTORY_REQUIRED,
     c_pp: float = C_PP,
     c_dp: float = C_DP,
-    pp: Optional[int] = PP,
-    dp: Optional[int] = DP,
+    pp: Optional[int] = PP_OF_MAP,
+    dp: Optional[int] = DP_OF_MAP,
     pp_messages: float = PP_MSG,
     dp_messages: float = DP_MSG,
     rank_map: Optional[str] = typer.Option(None, "--rank-map", "-r", help="The solution to check (default: solve with --seed)."),

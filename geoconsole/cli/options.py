@@ -18,6 +18,10 @@ RANK_MAP = typer.Option(..., "--rank-map", "-r",
                         help="rank_map=(...) / '0,1,..' / a file holding either (or solve --json output).")
 PP = typer.Option(None, "--pp", min=1, help="Pipeline stages D_PP (default: devices / D_DP, or 8).")
 DP = typer.Option(None, "--dp", min=1, help="Data-parallel replicas D_DP (default: devices / D_PP).")
+PP_OF_MAP = typer.Option(None, "--pp", min=1, help="Pipeline stages D_PP (default: the solve --json rank map's; "
+                                                   "else devices / D_DP, or 8).")
+DP_OF_MAP = typer.Option(None, "--dp", min=1, help="Data-parallel replicas D_DP (default: the solve --json rank "
+                                                   "map's; else devices / D_PP).")
 C_PP = typer.Option(..., "--c-pp", min=0.0, help="Activation payload per stage boundary, decimal GB.")
 C_DP = typer.Option(..., "--c-dp", min=0.0, help="Stage gradient buffer entering the exchange, decimal GB.")
 PP_MSG = typer.Option(1.0, "--pp-messages", min=0.0, help="Transfers carrying c_pp.")

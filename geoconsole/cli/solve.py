@@ -22,7 +22,7 @@ from geoconsole.cli.exitcodes import ExitCode
 
 from geoconsole.cli.options import (C_DP, C_PP, DP, DP_MSG, ESTIMATE, FILL_MISSING, GROUP_LOCALITY,
                                     JSON_OUT, LEARN, MATRIX, PP, PP_MSG, RANK_MAP, RECORD, REGIONS,
-                                    load_fabric)
+                                    DP_OF_MAP, PP_OF_MAP, load_fabric)
 from geoconsole.prepare import workload_for
 from geoconsole.solving import MAX_BASELINE_SAMPLES, MAX_RESTARTS, MAX_SEED, MAX_TIME_LIMIT_S
 
@@ -108,9 +108,8 @@ def run_solve(model, options, *, progress: bool, seed_orders=None, state=None):
 
 
 def _emit(doc: dict, as_json: bool, text: str) -> str | None:
-    """Print the result; why standard output failed (full disk, closed pipe), or None."""
-    if sys.stdout is None:  # started with it closed (>&-): nothing could be printed
-        return "it is closed"
+    """Print the result; why standard output failed (full disk, closed pipe, closed by
+    the shell: cli_errors' ClosedStdout), or None."""
     try:
         typer.echo(json.dumps(doc, indent=1) if as_json else text)
         return None
@@ -248,8 +247,8 @@ def _record_solve(path: Path, doc: dict, matrix: Path) -> None:
 def score_command(
     matrix: Path = MATRIX,
     rank_map: str = RANK_MAP,
-    pp: Optional[int] = PP,
-    dp: Optional[int] = DP,
+    pp: Optional[int] = PP_OF_MAP,
+    dp: Optional[int] = DP_OF_MAP,
     c_pp: float = C_PP,
     c_dp: float = C_DP,
     pp_messages: float = PP_MSG,
