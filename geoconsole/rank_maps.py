@@ -164,11 +164,15 @@ def _other_devices(doc: Any, fabric) -> str | None:
     return None
 
 
-def read_rank_map_file(path: str, n: int) -> list[int]:
-    """The rank map in the file ``path`` (any accepted form), a permutation of ``0..n-1``."""
-    from solver.files import read_text
+def read_rank_map_file(path: str, n: int, shape: tuple[int, int] | None = None) -> list[int]:
+    """The rank map in the file ``path`` (any accepted form), a permutation of ``0..n-1``;
+    with ``shape`` (D_PP, D_DP), a solve --json document solved for another shape is
+    refused, as ``score`` refuses it (:func:`shape_for`)."""
+    from solver.files import read_text, shown
 
-    ranks, _doc = parse_rank_map(read_text(Path(path), "rank map"), str(path))
+    ranks, doc = parse_rank_map(read_text(Path(path), "rank map"), str(path))
+    if shape is not None:
+        shape_for(doc, shown(path), *shape)
     if sorted(ranks) != list(range(n)):
         raise InputError(f"{path}: rank_map: must be a permutation of 0..{n - 1} ({len(ranks)} entries)")
     return ranks

@@ -273,7 +273,8 @@ class RankMapScreen(ConsoleScreen):
             from geoconsole.rank_maps import read_rank_map_file
 
             try:
-                rank_map = np.asarray(read_rank_map_file(path, s.fabric.n), dtype=int)
+                shape = (sol.workload.d_pp, sol.workload.d_dp)
+                rank_map = np.asarray(read_rank_map_file(path, s.fabric.n, shape), dtype=int)
             except ValueError as exc:
                 self.notify(str(exc), severity="error")
                 return

@@ -30,8 +30,9 @@ and 8 x 24 about 0.2 points worse), in 17% less wall time.
 A further 1/16 (BLOCK_SHARE) swaps two pipeline *segments*: row ``r1``'s devices in
 columns ``a .. a + L - 1`` with row ``r2``'s in ``b .. b + L - 1`` (2 <= L <= 4, the two
 ranges disjoint; ``a`` is drawn first, and a draw that leaves no room for ``b`` is spent
-as it is: up to 1/3 of the segment proposals at 4 stages, 1/5 at 8, none from 11). On hierarchical fabrics a host often holds a run of one pipeline's
-stages (its links inside cost 0.03 s where a crossing costs 4-5 s); moving that run to
+as it is: up to 1/3 of the segment proposals at 4 stages, 1/5 at 8, none from 11). On
+hierarchical fabrics a host often holds a run of one pipeline's stages (its links
+inside cost 0.03 s where a crossing costs 4-5 s); moving that run to
 other stage groups whole keeps those links, where device swaps break them one at a time,
 each step uphill by about a crossing, so the cold rungs never trade a region crossing
 for DataP. Each of the 2L columns changes one device (its peer sums, O(D_DP)) and the
@@ -42,20 +43,22 @@ instance both ways one after the other): 12 x 8 draw 9 47.40 -> 46.70 s, draw 3 
 draw 0 34.36 -> 34.32 s; 10 x 8 draw 3 41.34 -> 41.06 s (one seed at 39.81 s, the lowest
 found), draw 5 25.23 s both; 8 x 24 draw 3 38.47 -> 38.10 s, draw 1 41.79 -> 42.18 s
 (seeds at 40.65-44.37 and 40.88-45.89 s: two basins either way), draw 5 36.57 -> 37.27 s
-(one seed at 41.09 s, the other four at 35.95-36.93 s against 36.05-37.09 s); 8 x 8 draw 0 23.93 ->
-23.92 s; 4 x 12 draw 2 31.01 s both. A share of 1/8 in the same session: 12 x 8 draw 1
-39.18 s, 8 x 24 draw 1 43.06 s, 10 x 8 draw 5 25.21 s, 12 x 8 draw 5 39.35 s, 16 x 4
-draw 0 34.32 s: no better than 1/16 and worse on two. Tried in a later session, not
-kept (same 10 s runs; the 1/16 rule's own runs of the same seeds in that session first):
+(one seed at 41.09 s, the other four at 35.95-36.93 s against 36.05-37.09 s); 8 x 8
+draw 0 23.93 -> 23.92 s; 4 x 12 draw 2 31.01 s both. A share of 1/8 in the same
+session: 12 x 8 draw 1 39.18 s, 8 x 24 draw 1 43.06 s, 10 x 8 draw 5 25.21 s, 12 x 8
+draw 5 39.35 s, 16 x 4 draw 0 34.32 s: no better than 1/16 and worse on two. Tried later
+in the same session, not kept (same 10 s runs; the 1/16 rule's own runs of the same
+seeds, then, first):
 segments of up to 6 stages (``-DBLOCK_MOST=6``; up to D_PP / 2) 12 x 8 draw 9 47.00 ->
 46.87 s, draw 1 39.13 -> 39.05 s, draw 0 43.97 s both, draw 4 21.88 -> 21.97 s; 10 x 8
 draw 3 40.36 -> 39.95 s, draw 0 43.86 -> 43.88 s, draw 1 30.89 -> 30.87 s; 16 x 4 draw 5
 47.46 -> 47.13 s, draw 1 23.56 s both: within the runs' noise (the 1/16 rule's draw-9 12
-x 8 gave 46.70 s in the first session, 47.00 s in this one). Half the segments holding
+x 8 gave 46.70 s in the first comparison, 47.00 s in this one). Half the segments holding
 a critical position (as the device swaps' first pick): 46.83, 40.34, 39.17 and 47.50 s
 on the first four of those.
 The rest of the kernel's proposals (CRIT_SHARE in solver/tempering.c, 3/4 of all less
-the segment swaps' 1/16, at least three stage groups) pick the first device of the swap among the *critical* ones:
+the segment swaps' 1/16, at least three stage groups) pick the first device of the swap
+among the *critical* ones:
 half the time a device of the column with the largest DataP, half an end of a random
 edge's slowest link (an O(D_DP) scan); the partner stays uniform. Comm is a maximum plus
 a sum of maxima, so a swap that touches neither the largest column nor a slowest link

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import numpy as np
@@ -425,6 +426,8 @@ async def test_a_loaded_rank_map_is_compared_and_a_bad_one_refused(tmp_path):
     good.write_text("rank_map=(" + ",".join(str(r) for r in reversed(range(64))) + ")\n")
     bad = tmp_path / "bad.json"
     bad.write_text('{"rank_map": [0, 0, 1]}')
+    other_shape = tmp_path / "4x16.json"  # a solve --json document of another shape (score refuses it too)
+    other_shape.write_text(json.dumps({"rank_map": list(range(64)), "workload": {"d_pp": 4, "d_dp": 16}}))
     async with app.run_test(size=(180, 45)) as pilot:
         await pilot.press("5", "o")
         await pilot.pause()
@@ -432,6 +435,13 @@ async def test_a_loaded_rank_map_is_compared_and_a_bad_one_refused(tmp_path):
         await pilot.press("enter")
         await pilot.pause()
         assert any("rank_map: must be a permutation of 0..63" in n.message for n in app._notifications)
+        await pilot.press("o")
+        await pilot.pause()
+        app.screen.query_one(Input).value = str(other_shape)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert any("was solved for D_PP 4 x D_DP 16" in n.message for n in app._notifications)
+        assert not app.screen.query_one("#rankmap-other").display
         await pilot.press("o")
         await pilot.pause()
         app.screen.query_one(Input).value = str(good)
