@@ -129,21 +129,26 @@ def solved_shape(doc: Any) -> tuple[int, int] | None:
     return (pp, dp) if ok else None
 
 
-def shape_for(doc: Any, source: str, pp: int | None, dp: int | None) -> tuple[int | None, int | None]:
+def shape_for(doc: Any, source: str, pp: int | None, dp: int | None, *,
+              flags: bool = True) -> tuple[int | None, int | None]:
     """``(pp, dp)`` to score or run a rank map with: the shape its solve --json document
     was solved for when neither flag is given; the flags when they agree with it (or
     there is no document). A rank's stage and replica follow from the shape, so a map
-    solved for one shape means other stage groups under another: InputError."""
+    solved for one shape means other stage groups under another: InputError, naming the
+    ``--pp``/``--dp`` flags or (``flags=False``: the console) the shape asked for."""
     shape = solved_shape(doc)
     if shape is None:
         return pp, dp
     if pp is None and dp is None:
         return shape
     if (pp or shape[0], dp or shape[1]) != shape:
-        given = " ".join(f"{flag} {v}" for flag, v in (("--pp", pp), ("--dp", dp)) if v is not None)
+        if flags:
+            given = " ".join(f"{flag} {v}" for flag, v in (("--pp", pp), ("--dp", dp)) if v is not None)
+            hint = "leave out --pp and --dp to use the solved one"
+        else:
+            given, hint = f"D_PP {pp} x D_DP {dp}", "solve for that shape to compare with it"
         raise InputError(f"{given}: the rank map of {source} was solved for D_PP {shape[0]} x D_DP {shape[1]}; "
-                         "its ranks mean other stage groups under another shape (leave out --pp and --dp "
-                         "to use the solved one)")
+                         f"its ranks mean other stage groups under another shape ({hint})")
     return pp, dp
 
 
@@ -172,7 +177,7 @@ def read_rank_map_file(path: str, n: int, shape: tuple[int, int] | None = None) 
 
     ranks, doc = parse_rank_map(read_text(Path(path), "rank map"), str(path))
     if shape is not None:
-        shape_for(doc, shown(path), *shape)
+        shape_for(doc, shown(path), *shape, flags=False)
     if sorted(ranks) != list(range(n)):
         raise InputError(f"{path}: rank_map: must be a permutation of 0..{n - 1} ({len(ranks)} entries)")
     return ranks

@@ -440,7 +440,8 @@ async def test_a_loaded_rank_map_is_compared_and_a_bad_one_refused(tmp_path):
         app.screen.query_one(Input).value = str(other_shape)
         await pilot.press("enter")
         await pilot.pause()
-        assert any("was solved for D_PP 4 x D_DP 16" in n.message for n in app._notifications)
+        assert any(n.message.startswith("D_PP 8 x D_DP 8: ") and "was solved for D_PP 4 x D_DP 16" in n.message
+                   and "--pp" not in n.message for n in app._notifications)
         assert not app.screen.query_one("#rankmap-other").display
         await pilot.press("o")
         await pilot.pause()
