@@ -150,6 +150,20 @@ def test_a_closed_standard_output_fails_other_commands_too(ww_path, args):
     assert proc.returncode == 1 and proc.stderr.strip() == "error: standard output: cannot write (it is closed)"
 
 
+@pytest.mark.parametrize("args", [["--help"], ["solve", "--help"], ["labels", "--help"]])
+@pytest.mark.parametrize("stdout", ["closed", "full"])
+def test_help_that_cannot_be_written_is_one_line_and_exit_1(args, stdout):
+    """click prints --help before any command runs: into a closed standard output it
+    exited 0 having printed nothing, into a full one with a traceback."""
+    command = " ".join([sys.executable, "-m", "geoconsole.cli", "--headless", *args])
+    redirect = ">&-" if stdout == "closed" else ">/dev/full"
+    proc = subprocess.run(["bash", "-c", f"exec {redirect}; {command}"], stderr=subprocess.PIPE, text=True,
+                          timeout=120)
+    reason = "it is closed" if stdout == "closed" else "No space left on device"
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [f"error: standard output: cannot write ({reason})"]
+
+
 @pytest.mark.parametrize("printer", ["print('x')", "__import__('rich.console').console.Console().print('x')"])
 def test_a_closed_standard_output_is_one_line_for_print_and_rich_too(printer):
     """inventory and probe print with print() and Rich, which click's echo check missed:

@@ -508,6 +508,29 @@ def test_bad_solve_flag(tmp_path, name):
     expect_one_line(tmp_path, ["solve", "--matrix", str(fabric), *args, *extra], 2, culprit)
 
 
+EMPTY_PATHS = {  # Path('') is the current folder: refused as empty, not as "a directory"
+    "solve --matrix": (["solve", "--matrix", "", *SOLVE], "--matrix"),
+    "solve --record": (["solve", "--matrix", "F", *SOLVE, "--record", " "], "--record"),
+    "labels show --matrix": (["labels", "show", "-m", ""], "--matrix"),
+    "export --output": (["export", "-m", "F", "-r", "0,1,2,3", "--output", ""], "--output"),
+    "probe --inventory": (["probe", "-i", ""], "--inventory"),
+    "probe --known-hosts": (["probe", "-i", "INV", "-o", "OUT", "--known-hosts", ""], "--known-hosts"),
+    "console --session": (["--session", ""], "--session"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY_PATHS))
+def test_empty_path_flag(tmp_path, name):
+    args, culprit = EMPTY_PATHS[name]
+    fabric = tmp_path / "f.json"
+    fabric.write_text(json.dumps(small_fabric()))
+    inventory = tmp_path / "hosts"
+    inventory.write_text("h1 slots=1\n")
+    args = [{"F": str(fabric), "INV": str(inventory), "OUT": str(tmp_path / "o.json")}.get(a, a) for a in args]
+    line = expect_one_line(tmp_path, args, 2, culprit, "empty path")
+    assert "directory" not in line
+
+
 LAUNCH_FLAGS = {
     "env without equals": (["--env", "NOEQUALS"], "--env"),
     "port zero": (["--port", "0"], "--port"),

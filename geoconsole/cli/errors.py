@@ -89,7 +89,7 @@ class ClosedStdout(io.TextIOBase):
         raise io.UnsupportedOperation("standard output is closed")
 
 
-def _close_stdout() -> None:
+def close_stdout() -> None:
     """Install :class:`ClosedStdout` for a process started with standard output closed,
     and put /dev/null on descriptor 1: a file opened later would otherwise get that
     descriptor and become the standard output of every subprocess (ssh)."""
@@ -151,7 +151,7 @@ def cli_errors(func):
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         if sys.stdout is None:
-            _close_stdout()
+            close_stdout()
         try:
             return func(*args, **kwargs)
         except (UserError, *_domain_errors()) as exc:
@@ -161,10 +161,29 @@ def cli_errors(func):
         except OSError as exc:
             if not _stdout_failed(exc):
                 raise
-            silence_stdout()
-            raise fail(f"standard output: cannot write ({exc.strerror or exc})", ExitCode.FAILED) from None
+            raise stdout_failure(exc) from None
 
     return wrapper
+
+
+def stdout_failure(exc: OSError) -> "typer.Exit":
+    """The one line and exit code for a standard output that cannot be written."""
+    silence_stdout()
+    return fail(f"standard output: cannot write ({exc.strerror or exc})", ExitCode.FAILED)
+
+
+def run_app(app) -> None:
+    """Run the Typer ``app`` as the ``geoconsole`` command. Output click writes before any
+    command runs (``--help``) fails like a command's: one line and exit 1 when standard
+    output is closed or full, never a traceback or a silent exit 0."""
+    if sys.stdout is None:
+        close_stdout()
+    try:
+        app()
+    except OSError as exc:
+        if not _stdout_failed(exc):
+            raise
+        raise SystemExit(stdout_failure(exc).exit_code) from None
 
 
 def _stdout_failed(exc: OSError) -> bool:

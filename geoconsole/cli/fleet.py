@@ -19,8 +19,8 @@ from geoconsole.cli.errors import UserError, cli_errors, flag
 from geoconsole.cli.exitcodes import ExitCode
 from geoconsole.solving import MAX_SEED
 
-from geoconsole.cli.options import ACCEPT_NEW, INVENTORY_REQUIRED as INVENTORY, JSON_OUT, KNOWN_HOSTS, known_hosts_flag
-SSH_CONFIG = typer.Option(Path("~/.ssh/config"), "--ssh-config", help="OpenSSH client config whose Host aliases the inventory may use.")
+from geoconsole.cli.options import ACCEPT_NEW, INVENTORY_REQUIRED as INVENTORY, JSON_OUT, KNOWN_HOSTS, known_hosts_flag, path_option
+SSH_CONFIG = path_option(Path("~/.ssh/config"), "--ssh-config", help="OpenSSH client config whose Host aliases the inventory may use.")
 REGION = typer.Option(None, "--region", help="Region for hosts that have none (inventory, GCE metadata).")
 ZONE = typer.Option(None, "--zone", help="Zone for hosts that have none.")
 GROUP = typer.Option(None, "--network-group", help="Network group for hosts that have none.")
@@ -120,7 +120,7 @@ def _print_inventory(hosts, results) -> None:
 
 def probe_command(
     inventory: Path = INVENTORY,
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the measured fabric JSON here (with --refresh: that fabric with the re-measured links)."),
+    out: Optional[Path] = path_option(None, "--out", "-o", help="Write the measured fabric JSON here (with --refresh: that fabric with the re-measured links)."),
     known_hosts: str = KNOWN_HOSTS,
     accept_new: bool = ACCEPT_NEW,
     ssh_config: Path = SSH_CONFIG,
@@ -131,10 +131,10 @@ def probe_command(
     pair_timeout: float = typer.Option(60.0, "--pair-timeout", min=1.0, help="Seconds allowed for one pair (both directions)."),
     host_timeout: float = typer.Option(90.0, "--host-timeout", min=1.0, help="Seconds allowed for one host's set-up (connect, discovery, worker start)."),
     sequential: bool = typer.Option(False, "--sequential", help="Probe one pair at a time instead of tournament rounds."),
-    events: Optional[Path] = typer.Option(None, "--events", help="Also write every sweep event as a JSON line here."),
+    events: Optional[Path] = path_option(None, "--events", help="Also write every sweep event as a JSON line here."),
     strategy: Optional[str] = typer.Option(None, "--strategy", help="all: every device pair; sampled: a few per host pair plus one concurrent test, the rest inferred (default when a host has several devices)."),
-    refresh: Optional[Path] = typer.Option(None, "--refresh", help="Re-measure a sample of this fabric's links (bottlenecks of --solution, else the slowest, plus --share at random) and report their drift."),
-    solution: Optional[Path] = typer.Option(None, "--solution", help="With --refresh: a solve --json document or a console session whose bottleneck links to re-measure."),
+    refresh: Optional[Path] = path_option(None, "--refresh", help="Re-measure a sample of this fabric's links (bottlenecks of --solution, else the slowest, plus --share at random) and report their drift."),
+    solution: Optional[Path] = path_option(None, "--solution", help="With --refresh: a solve --json document or a console session whose bottleneck links to re-measure."),
     share: float = typer.Option(0.1, "--share", min=0.0, max=1.0, help="With --refresh: share of the other links re-measured at random."),
     drift_threshold: float = typer.Option(0.2, "--drift", min=0.0, help="With --refresh: relative beta change that counts as drift."),
     seed: int = typer.Option(0, "--seed", min=0, max=MAX_SEED, help="With --refresh: seed of the random share."),

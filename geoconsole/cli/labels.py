@@ -17,7 +17,7 @@ from solver.files import shown
 
 from geoconsole.cli.advice import EXCLUDE
 from geoconsole.cli.errors import UserError, cli_errors
-from geoconsole.cli.options import JSON_OUT, MATRIX, load_fabric
+from geoconsole.cli.options import JSON_OUT, MATRIX, load_fabric, path_option
 from solver.fabric import Fabric
 
 labels_app = typer.Typer(
@@ -129,7 +129,7 @@ def suggest_command(
     as_json: bool = JSON_OUT,
     apply: bool = typer.Option(False, "--apply",
                                help="Accept the suggestions and write the labelled fabric to --out."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o",
+    out: Optional[Path] = path_option(None, "--out", "-o",
                                        help="Where --apply writes the fabric (may be --matrix)."),
     min_gap: float = typer.Option(1.5, "--min-gap", min=1.01,
                                   help="Smallest step in transfer time (ratio) that separates groups."),
@@ -200,7 +200,7 @@ def _print_suggestions(fabric: Fabric, found) -> None:
 @cli_errors
 def set_command(
     matrix: Path = MATRIX,
-    out: Path = typer.Option(..., "--out", "-o", help="Fabric JSON to write (may be --matrix)."),
+    out: Path = path_option(..., "--out", "-o", help="Fabric JSON to write (may be --matrix)."),
     host: list[str] = typer.Option(..., "--host", help="Host to label; repeatable."),
     gpu: Optional[int] = typer.Option(None, "--gpu", min=0, help="Only this GPU of the host(s) (an override)."),
     region: Optional[str] = typer.Option(None, "--region", help="Region; '' clears it."),
@@ -249,7 +249,7 @@ def _set_labels(fabric, save, matrix, host, gpu, changes) -> None:
 @cli_errors
 def fill_command(
     matrix: Path = MATRIX,
-    out: Path = typer.Option(..., "--out", "-o", help="Fabric JSON to write with the estimates."),
+    out: Path = path_option(..., "--out", "-o", help="Fabric JSON to write with the estimates."),
     estimate: list[str] = typer.Option(
         [], "--estimate",
         help="LEVEL=ALPHA_MS,BETA_GBPS for host, network_group, zone, region, any, or a link class "
@@ -282,7 +282,7 @@ def select_command(
         help="prefer (tightest available), network_group, zone, region (required), or any."),
     regions: Optional[str] = typer.Option(
         None, "--regions", help="Comma-separated regions or zones; only devices in them take part."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the selected sub-fabric here."),
+    out: Optional[Path] = path_option(None, "--out", "-o", help="Write the selected sub-fabric here."),
     as_json: bool = JSON_OUT,
     exclude: Optional[list[str]] = EXCLUDE,
 ) -> None:

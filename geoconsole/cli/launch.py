@@ -22,7 +22,7 @@ from geoconsole.solving import MAX_SEED
 
 from geoconsole.cli.options import (ACCEPT_NEW, C_DP, C_PP, DP_MSG, DP_OF_MAP, PP_MSG, PP_OF_MAP, GROUP_LOCALITY, INVENTORY, INVENTORY_REQUIRED, JSON_OUT, KNOWN_HOSTS, MATRIX,
                                     RANK_MAP, RECORD,
-                                    REGIONS, known_hosts_flag, load_fabric)
+                                    REGIONS, known_hosts_flag, load_fabric, path_option)
 
 MODE = typer.Option("torchrun", "--mode", help="torchrun (static rendezvous, one agent per GPU) or env (RANK, WORLD_SIZE, ... set directly).")
 BACKEND = typer.Option(None, "--backend", help="nccl, gloo or nccl+gloo: which *_SOCKET_IFNAME to set (default: nccl on GPUs, gloo on CPU hosts).")
@@ -32,7 +32,7 @@ ENV = typer.Option(None, "--env", help="Extra KEY=VALUE for every rank (repeatab
 WORKDIR = typer.Option(None, "--workdir", help="Directory to cd into on every host.")
 VIA = typer.Option("ssh", "--via", help="ssh (the console starts every rank) or slurm (one srun step; --submit for a batch job).")
 SUBMIT = typer.Option(False, "--submit", help="--via slurm outside an allocation: write an sbatch script with the step and submit it.")
-SBATCH_SCRIPT = typer.Option(None, "--sbatch-script", help="--submit: keep the batch script here (default: a temporary file).")
+SBATCH_SCRIPT = path_option(None, "--sbatch-script", help="--submit: keep the batch script here (default: a temporary file).")
 
 
 def _solution(value: str, fabric):
@@ -303,7 +303,7 @@ def export_command(
     matrix: Path = MATRIX,
     rank_map: str = RANK_MAP,
     fmt: str = typer.Option("json", "--format", "-f", help="torchrun | slurm | rankfile | json"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here (default, or -: standard output)."),
+    output: Optional[Path] = path_option(None, "--output", "-o", help="Write here (default, or -: standard output)."),
     command: List[str] = typer.Argument(None, help="The training command, after '--' (torchrun and json formats)."),
     inventory: Optional[Path] = INVENTORY,
     mode: str = MODE,

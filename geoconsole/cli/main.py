@@ -15,6 +15,8 @@ import typer
 from typer._click import exceptions as click_exceptions  # typer vendors click
 
 from geoconsole.cli import fleet as cli_fleet, labels as cli_labels, launch as cli_launch, solve as cli_solve
+from geoconsole.cli.errors import run_app
+from geoconsole.cli.options import path_option
 
 
 def _one_line_usage_error(self: click_exceptions.UsageError, file=None) -> None:
@@ -43,10 +45,10 @@ def root(
     headless: bool = typer.Option(
         False, "--headless", help="Run a sub-command without the console (for scripts and CI)."
     ),
-    inventory: Optional[Path] = typer.Option(
+    inventory: Optional[Path] = path_option(
         None, "--inventory", "-i", help="Open the console on this fleet (TOML or hostfile)."
     ),
-    session: Optional[Path] = typer.Option(
+    session: Optional[Path] = path_option(
         None, "--session", help="Open a saved console session (JSON)."
     ),
 ) -> None:
@@ -66,7 +68,7 @@ for _module in (cli_solve, cli_fleet, cli_labels, cli_launch):
 
 
 def main() -> None:
-    app()
+    run_app(app)
 
 
 if __name__ == "__main__":

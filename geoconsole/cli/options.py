@@ -7,12 +7,28 @@ from pathlib import Path
 
 import typer
 
-MATRIX = typer.Option(..., "--matrix", "-m",
+
+def cli_path(value) -> Path:
+    """A path flag's value. An empty one is refused: ``Path('')`` is the current folder,
+    which would be reported as a folder where a file was meant."""
+    if isinstance(value, Path):
+        return value
+    if not str(value).strip():
+        raise typer.BadParameter("empty path")
+    return Path(value)
+
+
+def path_option(default, *names: str, **settings):
+    """``typer.Option`` for a file: parsed by ``cli_path``, shown as ``<path>``."""
+    return typer.Option(default, *names, parser=cli_path, metavar="<path>", **settings)
+
+
+MATRIX = path_option(..., "--matrix", "-m",
                       help="Fabric JSON (labels, alpha_ms, beta_gbps; devices name a host and GPU per row).")
 JSON_OUT = typer.Option(False, "--json", help="Print one JSON document instead of text.")
-INVENTORY = typer.Option(None, "--inventory", "-i",
+INVENTORY = path_option(None, "--inventory", "-i",
                          help="Fleet inventory (TOML or hostfile): addresses, users, keys, python.")
-INVENTORY_REQUIRED = typer.Option(..., "--inventory", "-i",
+INVENTORY_REQUIRED = path_option(..., "--inventory", "-i",
                                   help="Fleet inventory (TOML or hostfile 'host slots=N'): addresses, users, keys, python.")
 RANK_MAP = typer.Option(..., "--rank-map", "-r",
                         help="rank_map=(...) / '0,1,..' / a file holding either (or solve --json output).")
@@ -26,7 +42,7 @@ C_PP = typer.Option(..., "--c-pp", min=0.0, help="Activation payload per stage b
 C_DP = typer.Option(..., "--c-dp", min=0.0, help="Stage gradient buffer entering the exchange, decimal GB.")
 PP_MSG = typer.Option(1.0, "--pp-messages", min=0.0, help="Transfers carrying c_pp.")
 DP_MSG = typer.Option(1.0, "--dp-messages", min=0.0, help="Transfers per peer per exchange round.")
-RECORD = typer.Option(None, "--record", help="Append a run record (JSON line) to this file.")
+RECORD = path_option(None, "--record", help="Append a run record (JSON line) to this file.")
 KNOWN_HOSTS = typer.Option("~/.ssh/known_hosts", "--known-hosts", help="known_hosts file checked for host keys.")
 ACCEPT_NEW = typer.Option(False, "--accept-new",
                           help="Trust and record unknown host keys (changed keys are always refused).")
@@ -53,6 +69,8 @@ def known_hosts_flag(value: str) -> Path:
     from probes.ssh import read_known_hosts  # asyncssh: only commands that reach hosts
     from solver.files import FileError
 
+    if not value.strip():
+        raise UserError("--known-hosts: empty path")
     path = Path(value).expanduser()
     try:
         read_known_hosts(path)
