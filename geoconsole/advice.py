@@ -161,15 +161,20 @@ def barely_beats_random(model: Any, comm: float, baselines: Sequence[Any], *,
 
 # -- a poor device dominates -----------------------------------------------------------
 def dominating_device(model: Any, score: Any) -> tuple[int, str] | None:
-    """``(row, why)`` of the poorest device among those that set DataP or sit in the
-    bottleneck pair of more than half of the pipeline edges: the one with the largest
-    mean transfer time (``T_pp + T_dp``) to every other device. O(N^2)."""
+    """``(row, why)`` of the poorest device among those that set DataP (when DataP is
+    not 0: with D_DP = 1 no device does) or sit in the bottleneck pair of more than half
+    of the pipeline edges: the one with the largest mean transfer time (``T_pp + T_dp``)
+    to every other device; None when there is none. O(N^2)."""
     counts: dict[int, int] = {}
     for pair in score.bottlenecks:
         for d in set(pair):
             counts[d] = counts.get(d, 0) + 1
     edges = len(score.bottlenecks)
-    candidates = {score.worst_device} | {d for d, c in counts.items() if c * 2 > edges}
+    candidates = {d for d, c in counts.items() if c * 2 > edges}
+    if score.data_p > 0:
+        candidates.add(score.worst_device)
+    if not candidates:
+        return None
     cost = (model.t_pp + model.t_dp).sum(axis=1) / max(model.n - 1, 1)
     row = max(sorted(candidates), key=lambda d: cost[d])
     why = []

@@ -11,7 +11,7 @@ from solver.baselines import Distribution
 from solver.bounds import Bound
 from solver.cost import CostModel, Score
 from solver.fabric import Fabric
-from solver.search import PlacementResult
+from solver.search import UNLIMITED_BUDGET, PlacementResult
 
 
 def label_summary(fabric: Fabric, devices: Sequence[int]) -> str:
@@ -90,7 +90,7 @@ def solve_json(
             for d in baselines
         ],
         "lower_bound": {
-            "comm_s": bound.value,
+            "comm_s": min(bound.value, result.fun),  # a bound meeting Comm may exceed it by rounding
             "data_p_s": bound.data_p,
             "pipeline_s": bound.pipeline,
             "method": bound.method,
@@ -102,7 +102,7 @@ def solve_json(
             "status": int(result.status),
             "message": result.message,
             "seed": result.seed,
-            "budget": result.budget,
+            "budget": result.budget if result.budget < UNLIMITED_BUDGET else None,  # None: a time limit only
             "restarts": result.restarts,
             "nit": result.nit,
             "nfev": result.nfev,
@@ -145,7 +145,7 @@ def format_score(doc: dict[str, Any]) -> list[str]:
     lines = [
         f"Comm       {doc['comm_s']:.3f} s  (DataP {doc['data_p_s']:.3f} s + "
         f"Pipeline {doc['pipeline_s']:.3f} s)",
-        f"DataP is set by {doc['worst_device']['name']}",
+        f"DataP is set by {doc['worst_device']['name']}" if doc["data_p_s"] > 0 else "DataP is 0: no device sets it",
         "stage groups:",
     ]
     for g in doc["stage_groups"]:

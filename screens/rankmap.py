@@ -138,9 +138,12 @@ class RankMapScreen(ConsoleScreen):
             text.append(f"   {name} median {median:.2f} s")
         worst = score.worst_device
         stage = int(sol.rank_map[worst]) % sol.workload.d_pp
-        text.append(f"\nDataP set by stage {stage}: worst device ")
-        text.append(f"{devices[worst].name}", style="bold red")
-        text.append(f" ({devices[worst].region or 'unlabelled'})")
+        if score.data_p > 0:
+            text.append(f"\nDataP set by stage {stage}: worst device ")
+            text.append(f"{devices[worst].name}", style="bold red")
+            text.append(f" ({devices[worst].region or 'unlabelled'})")
+        else:
+            text.append("\nDataP is 0: no device sets it")
         if stale:
             text.append("\nSTALE: labels or fabric changed since this solution; solve again.", style=warning_style(self.app))
         if sol.advice:

@@ -47,12 +47,14 @@ class Bound:
     elapsed_s: float = 0.0
 
     def gap(self, comm: float) -> float:
-        """``(Comm - bound) / Comm``: the optimum lies at most this fraction below Comm."""
-        return (comm - self.value) / comm if comm > 0 else 0.0
+        """``(Comm - bound) / Comm``: the optimum lies at most this fraction below Comm
+        (0, not -1e-16, where the bound meets Comm up to rounding)."""
+        return max(0.0, (comm - self.value) / comm) if comm > 0 else 0.0
 
     def above(self, comm: float) -> float:
-        """``Comm / bound - 1``: Comm is at most this fraction above the optimum."""
-        return comm / self.value - 1.0 if self.value > 0 else float("inf")
+        """``Comm / bound - 1``: Comm is at most this fraction above the optimum (0 where
+        the bound meets Comm up to rounding)."""
+        return max(0.0, comm / self.value - 1.0) if self.value > 0 else float("inf")
 
 
 def bound_budget_s(time_limit: float | None) -> float:

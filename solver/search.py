@@ -86,6 +86,10 @@ MIN_ROUND_S = 0.5
 #: Under a time limit, the topology starts' descents stop after this share of it (the
 #: anytime rounds, which use every worker, get the rest).
 START_SHARE = 0.1
+#: Most swaps the best start's descent scores past a time limit (first_descent_swaps).
+FIRST_DESCENT_MOST = 200_000
+#: The rounds' budget under a time limit without ``budget``: none (reported as no budget).
+UNLIMITED_BUDGET = 1 << 62
 
 
 class SolveStatus(IntEnum):
@@ -274,6 +278,21 @@ class _Run:
     def at_bound(self) -> bool:
         return self.bound is not None and self.best_score <= self.bound * (1 + 1e-9) + 1e-12
 
+    def out_of_time(self) -> bool:
+        """Cancelled, optimal, or past the deadline or the phase's end: what stops
+        polishing the starts under a time limit (a budget does not: polishing scores no
+        swaps, and without a time limit every start is polished)."""
+        if self.status in (CANCELLED, OPTIMAL) or self.at_bound():
+            return True
+        now = time.monotonic()
+        if self.deadline is not None and now >= self.deadline:
+            self.status = TIME_LIMIT
+            return True
+        if self.phase_deadline is not None and now >= self.phase_deadline:
+            return True
+        self.report()
+        return self.status == CANCELLED
+
     def should_stop(self) -> bool:
         if self.status in (CANCELLED, OPTIMAL):
             return True
@@ -294,12 +313,15 @@ class _Run:
 
 class _Effort:
     """solver.descent's Effort view of a _Run (the starts share the run's counters; their
-    polishing is not charged, so ``default_budget`` keeps meaning swaps)."""
+    polishing is not charged, so ``default_budget`` keeps meaning swaps). ``floor``: the
+    run's swap count below which the clock does not stop it (a cancel, the bound and
+    the budget still do)."""
 
     charge_polish = False
 
-    def __init__(self, run: _Run) -> None:
+    def __init__(self, run: _Run, floor: int = 0) -> None:
         self.run = run
+        self.floor = floor
 
     budget = property(lambda self: self.run.budget)
     nfev = property(lambda self: self.run.nfev, lambda self, v: setattr(self.run, "nfev", v))
@@ -308,7 +330,13 @@ class _Effort:
                           lambda self, v: setattr(self.run, "exact_path", v))
 
     def should_stop(self) -> bool:
-        return self.run.should_stop()
+        run = self.run
+        if run.nfev < self.floor and run.nfev < run.budget:
+            if run.status in (CANCELLED, OPTIMAL) or run.at_bound():
+                return run.should_stop()
+            run.report()
+            return run.status == CANCELLED
+        return run.should_stop()
 
 
 def _check_options(budget, restarts, time_limit, workers) -> None:
@@ -333,21 +361,32 @@ def _starts_phase(run: _Run, model: CostModel, rng, starts: list[tuple[str, np.n
         run.phase_deadline = time.monotonic() + START_SHARE * run.time_limit
     scored_starts = []
     for k, (name, grid) in enumerate(starts):
-        if k >= 2 and run.time_limit is not None and run.should_stop():
+        if k >= 2 and run.time_limit is not None and run.out_of_time():
             break  # under a time limit, polish only while the phase lasts (one per layout at least)
         grid = polish(model, grid, effort)
         comm = model.score_grid(grid).comm
         run.offer(grid, comm, name)
         scored_starts.append((comm, k, name, grid))
     results = {k: (comm, k, name, grid) for comm, k, name, grid in scored_starts}
-    for comm, k, name, grid in sorted(scored_starts, key=lambda x: (x[0], x[1])):
-        if run.should_stop():
+    for i, (comm, k, name, grid) in enumerate(sorted(scored_starts, key=lambda x: (x[0], x[1]))):
+        # the best start is descended for FIRST_DESCENT_SWAPS at least, however short the
+        # time limit: worker processes take about 0.3 s to start, and a limit that ends
+        # before them would otherwise return a start only polished
+        floor = run.nfev + first_descent_swaps(model.n) if i == 0 and run.time_limit is not None else 0
+        if i > 0 and run.should_stop() or floor and _Effort(run, floor).should_stop():
             break
         if comm > SKIP_START_RATIO * run.best_score:
             continue  # far behind the best: not worth a descent
-        state = descend(model, grid, rng, effort, lambda g, s, name=name: run.offer(g, s, name))
+        state = descend(model, grid, rng, _Effort(run, floor) if floor else effort,
+                        lambda g, s, name=name: run.offer(g, s, name))
         results[k] = (float(state.score), k, name, state.grid.copy())
     run.other_start = _other_layout(list(results.values()))
+
+
+def first_descent_swaps(n: int) -> int:
+    """Swaps the best start's descent may score past a time limit: one sweep (N^2), at
+    most FIRST_DESCENT_MOST (about 0.1 s)."""
+    return min(n * n, FIRST_DESCENT_MOST)
 
 
 def _other_layout(results: list[tuple[float, int, str, np.ndarray]]) -> tuple[np.ndarray, float] | None:
@@ -400,7 +439,7 @@ def _rounds_plan(run: _Run, model: CostModel, seed: int, patience: int, budget_g
     if run.deadline is not None:
         round_s = max(MIN_ROUND_S, (run.deadline - time.monotonic()) / ROUNDS_IN_LIMIT)
         if not budget_given:
-            left = 1 << 62
+            left = UNLIMITED_BUDGET
     return Rounds(seed=seed, walk_evals=int(walk), patience=patience, budget=int(left),
                   deadline=run.deadline, round_s=round_s,
                   by_clock=run.deadline is not None and not budget_given, origins=origins)
@@ -496,7 +535,9 @@ def solve(
                 if run.status in (CANCELLED, OPTIMAL):
                     abandon.set()
                 starter.join(POLL_START_S)
-            notes = pool.notes
+            notes = list(pool.notes)
+            if notes:  # a time limit or a cancel stopped starting more: report those started
+                workers = pool.workers
             if anytime:
                 plan = _rounds_plan(run, model, seed, restarts, budget is not None, workers, origins)
                 if budget is None:  # the default budget bounded the starts, not the rounds
@@ -504,6 +545,8 @@ def solve(
                     if run.status == BUDGET:
                         run.status = CONVERGED
                 errors = _rounds_phase(run, model, pool, plan)
+                if notes and pool.notes:
+                    notes[-1] += "; the search used those" if run.restart else "; too late for any round"
         finally:
             abandon.set()
             starter.join()

@@ -24,11 +24,13 @@ class SpanningTree:
 
     def __init__(self, t: np.ndarray) -> None:
         self.n = t.shape[0]
-        w = np.where(t > 0, t, np.finfo(float).tiny)
+        w = np.where(t > 0, t, np.finfo(float).tiny)  # a free pair is still an edge
         rows, cols, data = _prim(w)
         order = np.argsort(data, kind="stable")
         self.weights = data[order]
         self.rows, self.cols = rows[order], cols[order]
+        #: the edges' true weights (a free pair's is 0, not the tiny stand-in above)
+        self.costs = np.asarray(t, dtype=float)[self.rows, self.cols]
 
     def thresholds(self) -> np.ndarray:
         """Distinct edge weights, largest first (fewest components first)."""
@@ -44,7 +46,7 @@ class SpanningTree:
     def forest_weight(self, trees: int) -> float:
         """Weight of the minimum spanning forest with ``trees`` components: Kruskal stops
         after ``N - trees`` edges, which are the tree's lightest ``N - trees``."""
-        return float(self.weights[: max(0, self.n - trees)].sum())
+        return float(self.costs[: max(0, self.n - trees)].sum())
 
 
 def _prim(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -254,6 +254,11 @@ def _worker_main(conn, stop_event, model, index: int, no_kernel: str | None = No
             return  # the caller is gone (killed): nothing to hand back, no traceback
 
 
+#: Seconds ``WorkerPool.close`` waits for all its workers to quit before it kills those
+#: left (processes still starting read the quit only once their imports are done).
+CLOSE_WAIT_S = 0.25
+
+
 class WorkerPool:
     """Worker processes for one solve (``workers > 1``) or the calling process (1)."""
 
@@ -295,8 +300,7 @@ class WorkerPool:
                 late = deadline is not None and time.monotonic() >= deadline
                 why = "the time limit" if late else "the stop" if abandon() else None
                 if w >= 2 and why is not None:
-                    self.notes.append(f"{w} of {self.workers} worker processes started before {why}; "
-                                      "the search used those")
+                    self.notes.append(f"{w} of {self.workers} worker processes started before {why}")
                     self.workers = w
                     break
                 parent, child = ctx.Pipe()
@@ -405,11 +409,15 @@ class WorkerPool:
                 self.conns[w].send(("quit",))
             except (OSError, BrokenPipeError):
                 pass
+        until = time.monotonic() + CLOSE_WAIT_S  # for them all: many may still be starting
         for proc in self.procs:
-            proc.join(timeout=1.0)
-            if proc.is_alive():
-                proc.kill()  # it ignores SIGTERM (_worker_main)
-                proc.join(timeout=1.0)
+            proc.join(timeout=max(0.0, until - time.monotonic()))
+        left = [proc for proc in self.procs if proc.is_alive()]
+        for proc in left:
+            proc.kill()  # it ignores SIGTERM (_worker_main); all at once, then reaped
+        until = time.monotonic() + 1.0
+        for proc in left:
+            proc.join(timeout=max(0.0, until - time.monotonic()))
         for conn in self.conns:
             conn.close()
         self.procs, self.conns, self.live = [], [], []

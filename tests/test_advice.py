@@ -108,6 +108,16 @@ class TestPoorDevice:
         prepared, model, out = regions
         assert advice.poor_device(model, out.result.score, prepared.fabric) == []
 
+    def test_no_device_sets_a_datap_of_zero(self):
+        """With D_DP = 1 DataP is 0: the advice said '#0 sets DataP' (its worst device is
+        only the first); a device on the bottleneck of most edges may still be named."""
+        prepared, model, out = solved(region_fabric(8, slow=5), Workload(8, 1, 0.5, 0.5))
+        assert out.result.score.data_p == 0.0
+        found = advice.dominating_device(model, out.result.score)
+        assert found is None or "sets DataP" not in found[1]
+        for item in advice.poor_device(model, out.result.score, prepared.fabric):
+            assert "sets DataP" not in item.message
+
     def test_the_re_solve_budget_is_a_tenth_of_the_default(self):
         from solver.search import default_budget
 

@@ -78,6 +78,25 @@ def test_gap_wording_helpers():
     assert bound.above(comm) == pytest.approx(1.0)  # Comm / bound - 1
 
 
+def test_gap_is_never_negative_where_the_bound_meets_comm_up_to_rounding():
+    """An 8 x 1 fabric's bound came out 1 ulp above its optimum: gap -1.8e-16."""
+    from solver.bounds import Bound
+
+    bound = Bound(value=10.028028009, data_p=0.0, pipeline=10.028028009)
+    assert bound.gap(10.028028008999998) == 0.0 and bound.above(10.028028008999998) == 0.0
+
+
+def test_free_links_add_nothing_to_the_pipeline_bound():
+    """Zero-cost pairs stood in the spanning tree as 2.2e-308: a zero workload's bound
+    was 4.45e-308, above its optimum of 0, and 'Comm / bound - 1' came out -100%."""
+    from solver.spanning import SpanningTree
+    from solver.workload import Workload
+
+    t = np.zeros((4, 4))
+    assert SpanningTree(t).forest_weight(1) == 0.0
+    assert separate_bound(CostModel(t, t, Workload(2, 2, 0.0, 0.0))).value == 0.0
+
+
 def _slow_device_model(rng, d_pp, d_dp, slow=1):
     """Clustered like a geo fabric, with ``slow`` devices whose links off their region cost
     4x (a host with a slow NIC): they must sit in some stage group."""

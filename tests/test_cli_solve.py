@@ -67,7 +67,7 @@ def test_solve_record_appends_one_line_per_run(ww_path, tmp_path):
     rows = read_records(record)
     assert [r["seed"] for r in rows] == [1, 2]
     for key in ("matrix_sha256", "workload", "budget", "restarts", "score_s", "lower_bound_s",
-                "lower_bound_method", "workers", "found_by", "trace",
+                "lower_bound_method", "lower_bound_elapsed_s", "workers", "found_by", "trace",
                 "baselines", "rank_map", "version", "timestamp"):
         assert key in rows[0]
     assert rows[0]["matrix_sha256"] == worldwide_fabric().sha256()
@@ -79,6 +79,14 @@ def test_solve_time_limit_and_restarts_flags(ww_path):
     assert result.exit_code == 0
     search = json.loads(result.stdout)["search"]
     assert search["restarts"] == 100 and search["message"].startswith(("time limit", "evaluation budget", "search converged"))
+    assert search["budget"] is None  # a time limit alone: no budget (not an internal 2^62)
+
+
+def test_a_datap_of_zero_names_no_device(ww_path):
+    result = run("solve", "--matrix", ww_path, "--pp", "8", "--dp", "1", "--c-pp", "0.5", "--c-dp", "0.6",
+                 "--baseline-samples", "0", "--budget", "1000", "--regions", "Oregon")
+    assert result.exit_code == 0, result.output
+    assert "DataP is 0: no device sets it" in result.stdout and "DataP is set by" not in result.stdout
 
 
 def test_solve_infers_dp_from_pp(ww_path):

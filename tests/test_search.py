@@ -140,6 +140,19 @@ def test_heuristic_alone_on_small_clustered_instances(monkeypatch):
 
 # -- anytime rounds and worker processes ---------------------------------------------
 
+def _h24_model():
+    """The 24-GPU hierarchical fabric of seed 1 (benchmarks/hierarchical.py) as 4 x 6."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from geoconsole.solving import cost_model
+    from hierarchical import hierarchical_fabric
+    from solver.workload import Workload
+
+    return cost_model(hierarchical_fabric(24, 1), Workload(4, 6, 0.5, 0.6))
+
+
 def _geo_model(seed=21, d_pp=4, d_dp=6):
     return random_model(np.random.default_rng(seed), d_pp, d_dp, clustered=True)
 
@@ -478,11 +491,41 @@ def test_starting_workers_stops_at_the_deadline_or_a_cancel():
         pool.start(**kwargs)
         try:
             assert len(pool.procs) == pool.workers == 2 and pool.live == [0, 1]
-            assert pool.notes == [f"2 of 64 worker processes started before {why}; the search used those"]
+            assert pool.notes == [f"2 of 64 worker processes started before {why}"]
         finally:
             pool.close()
     result = solve(_geo_model(), seed=0, workers=64, time_limit=0.05)
     assert result.status == TIME_LIMIT and "worker processes started before the time limit" in result.message
+    started = int(result.message.split(" of 64 worker processes")[0].rsplit("; ", 1)[-1])
+    assert result.workers == started < 64  # the count reported is of those started
+    said = "the search used those" if result.rounds else "too late for any round"
+    assert f"started before the time limit; {said}" in result.message
+
+
+def test_a_time_limit_shorter_than_starting_the_workers_still_descends_the_best_start():
+    """A 10 ms limit with two workers ended before they started (about 0.3 s): the answer
+    was a start only polished (26.10 s on this 24-GPU fabric) where one worker, searching
+    in-process, reached 16.4 s. The best start's descent now has a floor of swaps."""
+    from solver.search import _starts, first_descent_swaps
+
+    model = _h24_model()
+    polished = min(model.score_grid(model.grid_for_partition(model.partition_of(g))[0]).comm
+                   for _, g in _starts(model, None)[:2])
+    for workers in (1, 2):
+        result = solve(model, seed=0, workers=workers, time_limit=0.001)
+        assert result.status == TIME_LIMIT and result.rounds == 0
+        assert result.nfev >= first_descent_swaps(model.n)  # the floor, then the clock
+        assert result.fun < 0.8 * polished, (result.fun, polished)
+
+
+def test_a_budget_of_zero_polishes_every_start_with_or_without_a_time_limit():
+    """--budget 0 --restarts 0 polished every start without a time limit but only the
+    first two with one (the budget, not the clock, ended that loop): 26.10 s against
+    16.08 s on a 24-GPU fabric."""
+    model = _h24_model()
+    plain = solve(model, seed=0, workers=1, budget=0, restarts=0)
+    timed = solve(model, seed=0, workers=1, budget=0, restarts=0, time_limit=30.0)
+    assert timed.fun == plain.fun and timed.start == plain.start and timed.nfev == 0
 
 
 def test_progress_counts_the_work_of_each_round_as_it_ends():

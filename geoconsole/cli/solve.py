@@ -226,6 +226,7 @@ def _record_solve(path: Path, doc: dict, matrix: Path) -> None:
         "pipeline_s": doc["score"]["pipeline_s"],
         "lower_bound_s": doc["lower_bound"]["comm_s"],
         "lower_bound_method": doc["lower_bound"]["method"],
+        "lower_bound_elapsed_s": doc["lower_bound"]["elapsed_s"],
         "workers": doc["search"]["workers"],
         "found_by": doc["search"]["best_start"],
         "trace": doc["search"]["trace"],
