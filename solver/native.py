@@ -114,7 +114,7 @@ _P, _I, _D, _I64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_double, ctypes.c_int6
 #: What the library exports: key -> (C name, argument types, result type).
 _SIGNATURES = {
     "fn": ("pt_run", [_I, _I, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I, _P, _P,
-                      _P, _P, _P], _I),
+                      _P, _P, _P, _P], _I),
     "match": ("bottleneck_match", [_I, _P, _P], _D),
     "path": ("held_karp", [_I, _P, _P], _D),
     "scores": ("swap_scores", [_I, _I, _P, _P, _P, _I64, _P, _P, _P, _P], _I),

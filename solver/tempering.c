@@ -112,6 +112,14 @@ static void commit_edges(double *ed, double *em, const int *touched, const doubl
 #define BLOCK_MOST 4
 #endif
 
+/* Share of critical picks whose partner is drawn near the other end of the slow link, or
+ * near a peer of the largest column (``near``: NEAR closest devices of each by T_pp, then
+ * by T_dp), not uniformly; ``-DGUIDE_SHARE=0`` builds the kernel without them. */
+#ifndef GUIDE_SHARE
+#define GUIDE_SHARE 0.5
+#endif
+#define NEAR 8
+
 /* Running sums of one chain, so a proposal costs O(D_DP) and not O(D_PP) more: the
  * column DataP total and its largest column, the edge and mean-link totals. Recomputed
  * from the chain's arrays, with the chain's energy and smoothing term, at the start of
@@ -136,6 +144,18 @@ static void swap_columns(int64_t *g, int r, int p, int s1, int s2) {
         int64_t t = g[rr * p + s1];
         g[rr * p + s1] = g[rr * p + s2];
         g[rr * p + s2] = t;
+    }
+}
+
+/* pos[d]: the grid index of device d, for the devices at grid indices [from, to). */
+static inline void place(const int64_t *g, int64_t *pos, int64_t from, int64_t to) {
+    for (int64_t i = from; i < to; i++) pos[g[i]] = i;
+}
+
+static void place_columns(const int64_t *g, int64_t *pos, int r, int p, int s1, int s2) {
+    for (int rr = 0; rr < r; rr++) {
+        pos[g[rr * p + s1]] = rr * p + s1;
+        pos[g[rr * p + s2]] = rr * p + s2;
     }
 }
 
@@ -173,7 +193,7 @@ static void keep_best(const int64_t *g, int n, double e, double *best, int64_t *
 static void column_move(int64_t *g, int r, int p, double *cd, double *ed, double *em,
                         const double *tpp, int n, uint64_t *rng, double *energy,
                         double *smooth, double temp, double lam, double *best,
-                        int64_t *best_grid, Totals *tot) {
+                        int64_t *best_grid, Totals *tot, int64_t *pos) {
     double newe[4], newm[4];
     int touched[4];
     int s1 = (int)below(rng, p), s2 = (int)((s1 + 1 + below(rng, p - 1)) % p);
@@ -185,6 +205,7 @@ static void column_move(int64_t *g, int r, int p, double *cd, double *ed, double
         swap_columns(g, r, p, s1, s2);
         return;
     }
+    place_columns(g, pos, r, p, s1, s2);
     double t = cd[s1]; cd[s1] = cd[s2]; cd[s2] = t;
     if (tot->top == s1) tot->top = s2;
     else if (tot->top == s2) tot->top = s1;
@@ -205,7 +226,8 @@ static inline double tail_link(const int64_t *g, int p, int e, int rr, int r1, i
  * once, so fixing one edge's matching otherwise takes a cascade along the pipeline. */
 static void tail_move(int64_t *g, int r, int p, double *cd, double *ed, double *em,
                       const double *tpp, int n, uint64_t *rng, double *energy, double *smooth,
-                      double temp, double lam, double *best, int64_t *best_grid, Totals *tot) {
+                      double temp, double lam, double *best, int64_t *best_grid, Totals *tot,
+                      int64_t *pos) {
     int e = (int)below(rng, p - 1);
     int r1 = (int)below(rng, r), r2 = (int)((r1 + 1 + below(rng, r - 1)) % r);
     double m = -INFINITY, sum = 0.0;
@@ -225,6 +247,8 @@ static void tail_move(int64_t *g, int r, int p, double *cd, double *ed, double *
         g[r1 * p + s] = g[r2 * p + s];
         g[r2 * p + s] = t;
     }
+    place(g, pos, (int64_t)r1 * p + e + 1, (int64_t)(r1 + 1) * p);
+    place(g, pos, (int64_t)r2 * p + e + 1, (int64_t)(r2 + 1) * p);
     keep_best(g, n, *energy, best, best_grid);
 }
 
@@ -241,7 +265,7 @@ static void tail_move(int64_t *g, int r, int p, double *cd, double *ed, double *
 static void block_move(int64_t *g, int r, int p, double *S, double *cd, double *ed, double *em,
                        const double *tpp, const double *tdp, int n, uint64_t *rng,
                        double *energy, double *smooth, double temp, double lam, double *best,
-                       int64_t *best_grid, Totals *tot, double *bufs) {
+                       int64_t *best_grid, Totals *tot, double *bufs, int64_t *pos) {
     int most = p / 2 < BLOCK_MOST ? p / 2 : BLOCK_MOST;
     if (most < 2) return;
     int L = 2 + (int)below(rng, most - 1);
@@ -290,6 +314,8 @@ static void block_move(int64_t *g, int r, int p, double *S, double *cd, double *
         }
         return;
     }
+    place(g, pos, (int64_t)r1 * p + a, (int64_t)r1 * p + a + L);
+    place(g, pos, (int64_t)r2 * p + b, (int64_t)r2 * p + b + L);
     for (int k = 0; k < 2 * L; k++) {
         const double *buf = bufs + (size_t)k * r;
         for (int rr = 0; rr < r; rr++) S[g[rr * p + col[k]]] = buf[rr];
@@ -304,18 +330,38 @@ static void block_move(int64_t *g, int r, int p, double *S, double *cd, double *
  * column with the largest DataP, or one end of a random edge's slowest link (half
  * each); O(D_DP). Comm is
  * DataP, a maximum over columns, plus a sum of per-edge maxima: a swap that touches
- * neither the largest column nor a slowest link cannot lower it on the coldest rung. */
+ * neither the largest column nor a slowest link cannot lower it on the coldest rung.
+ * With odds GUIDE_SHARE, *partner gets the grid index (``pos``: chain's positions) of
+ * one of the NEAR devices nearest the link's other end (``near``, by T_pp) or another
+ * device of the column (``near + n NEAR``, by T_dp); else, or when that device is the
+ * pick itself or sits in the same column, -1 (a uniform partner). */
 static int64_t critical(const int64_t *g, int r, int p, int top, const double *tpp, int n,
-                        uint64_t *rng) {
+                        uint64_t *rng, const int64_t *near, const int64_t *pos, int64_t *partner) {
     uint64_t bits = next_u64(rng);
-    if (bits & 1) return (int64_t)below(rng, r) * p + top;
+    int guide = uniform(rng) < GUIDE_SHARE;
+    *partner = -1;
+    if (bits & 1) {
+        int row = (int)below(rng, r);
+        if (guide && r > 1) {  /* a device near another peer of the column */
+            int other = (row + 1 + (int)below(rng, r - 1)) % r;
+            int64_t d = near[(size_t)n * NEAR + (size_t)g[other * p + top] * NEAR + below(rng, NEAR)];
+            if (pos[d] % p != top) *partner = pos[d];
+        }
+        return (int64_t)row * p + top;
+    }
     int e = (int)below(rng, p - 1), at = 0;
     double m = -INFINITY;
     for (int rr = 0; rr < r; rr++) {
         double v = tpp[g[rr * p + e] * n + g[rr * p + e + 1]];
         if (v > m) { m = v; at = rr; }
     }
-    return (int64_t)at * p + e + (int)((bits >> 1) & 1);
+    int side = (int)((bits >> 1) & 1);
+    int64_t i = (int64_t)at * p + e + side;
+    if (guide) {  /* a device near the link's other end takes this end's place */
+        int64_t d = near[(size_t)g[at * p + e + 1 - side] * NEAR + below(rng, NEAR)];
+        if (pos[d] != i) *partner = pos[d];
+    }
+    return i;
 }
 
 /* Advance k chains by ``steps`` steps from step number ``step0``; returns 0.
@@ -323,19 +369,22 @@ static int64_t critical(const int64_t *g, int r, int p, int top, const double *t
  * edges: (k, p - 1); energy: (k,); chain_at: (k,) chain on each rung, coldest first;
  * rung_temp: (k,) temperature of each rung; best_grid: (r * p,) kept with *best;
  * means: (k, p - 1) mean link per edge; smooth: (k,) smoothing term S; rung_lam: (k,)
- * its weight on each rung. Returns 0, -1 for bad sizes, -2 when out of memory. */
+ * its weight on each rung; near: (2 n, NEAR) each device's nearest by T_pp, then by T_dp
+ * (``critical``). Returns 0, -1 for bad sizes, -2 when out of memory. */
 int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *grids,
            double *sums, double *col_dp, double *edges, double *energy, int64_t *chain_at,
            const double *rung_temp, uint64_t *rng, int64_t step0, int64_t steps,
            int exchange_every, double *best, int64_t *best_grid, double *means, double *smooth,
-           const double *rung_lam) {
+           const double *rung_lam, const int64_t *near) {
     const int n = r * p;
     double newe[4], newm[4];
     int touched[4];
     if (n < 2 || k < 1) return -1;
     double *work = malloc(sizeof(double) * ((2 + 2 * BLOCK_MOST) * (size_t)r + 2 * (size_t)k));
     Totals *tots = malloc(sizeof(Totals) * (size_t)k);
-    if (work == NULL || tots == NULL) { free(work); free(tots); return -2; }
+    int64_t *posall = malloc(sizeof(int64_t) * (size_t)k * (size_t)n);
+    if (work == NULL || tots == NULL || posall == NULL) { free(work); free(tots); free(posall); return -2; }
+    for (int c = 0; c < k; c++) place(grids + (int64_t)c * n, posall + (int64_t)c * n, 0, n);
     double *buf1 = work, *buf2 = work + r, *temp_of = work + 2 * r, *lam_of = temp_of + k;
     double *bufs = lam_of + k;
     const int np = p > 1 ? p - 1 : 0;
@@ -348,28 +397,30 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
             int64_t *g = grids + (int64_t)c * n;
             double *S = sums + (int64_t)c * n, *cd = col_dp + (int64_t)c * p;
             double *ed = edges + (int64_t)c * np, *em = means + (int64_t)c * np;
+            int64_t *pos = posall + (int64_t)c * n;
             int crit = 0;
             if (p > 2) {  /* one draw picks the kind of proposal */
                 double u = uniform(rng);
                 crit = u >= 1.0 - CRIT_SHARE;
                 if (u < COLUMN_SHARE) {
                     column_move(g, r, p, cd, ed, em, tpp, n, rng, &energy[c], &smooth[c],
-                                temp_of[c], lam_of[c], best, best_grid, &tots[c]);
+                                temp_of[c], lam_of[c], best, best_grid, &tots[c], pos);
                     continue;
                 }
                 if (r > 1 && u < COLUMN_SHARE + TAIL_SHARE) {
                     tail_move(g, r, p, cd, ed, em, tpp, n, rng, &energy[c], &smooth[c],
-                              temp_of[c], lam_of[c], best, best_grid, &tots[c]);
+                              temp_of[c], lam_of[c], best, best_grid, &tots[c], pos);
                     continue;
                 }
                 if (p > 3 && u >= COLUMN_SHARE + TAIL_SHARE && u < COLUMN_SHARE + TAIL_SHARE + BLOCK_SHARE) {
                     block_move(g, r, p, S, cd, ed, em, tpp, tdp, n, rng, &energy[c], &smooth[c],
-                               temp_of[c], lam_of[c], best, best_grid, &tots[c], bufs);
+                               temp_of[c], lam_of[c], best, best_grid, &tots[c], bufs, pos);
                     continue;
                 }
             }
-            int64_t i = crit ? critical(g, r, p, tots[c].top, tpp, n, rng) : below(rng, n);
-            int64_t j = (i + 1 + below(rng, n - 1)) % n;
+            int64_t j = -1;
+            int64_t i = crit ? critical(g, r, p, tots[c].top, tpp, n, rng, near, pos, &j) : below(rng, n);
+            if (j < 0) j = (i + 1 + below(rng, n - 1)) % n;
             int s1 = (int)(i % p), s2 = (int)(j % p);
             int64_t a = g[i], b = g[j];
             g[i] = b; g[j] = a;
@@ -405,6 +456,7 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
                     tot->top = top;
                     tot->dpsum = dpsum;
                 }
+                pos[a] = j; pos[b] = i;
                 keep_best(g, n, energy[c], best, best_grid);
             } else {
                 g[i] = a; g[j] = b;
@@ -431,6 +483,7 @@ int pt_run(int k, int r, int p, const double *tpp, const double *tdp, int64_t *g
     }
     free(work);
     free(tots);
+    free(posall);
     return 0;
 }
 

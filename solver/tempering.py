@@ -60,7 +60,7 @@ The rest of the kernel's proposals (CRIT_SHARE in solver/tempering.c, 3/4 of all
 the segment swaps' 1/16, at least three stage groups) pick the first device of the swap
 among the *critical* ones:
 half the time a device of the column with the largest DataP, half an end of a random
-edge's slowest link (an O(D_DP) scan); the partner stays uniform. Comm is a maximum plus
+edge's slowest link (an O(D_DP) scan); the partner stays uniform (half of them: guided partners, below). Comm is a maximum plus
 a sum of maxima, so a swap that touches neither the largest column nor a slowest link
 cannot lower it on the coldest rung, and uniform picks spent most proposals there. The
 proposal is no longer symmetric, so the chains do not sample the Boltzmann weights
@@ -79,6 +79,20 @@ gave 44.03 / 44.02, 43.96 / 44.02, 36.58 / 36.59, 30.91 / 30.99, 39.77 / 40.25 a
 DataP, an edge by twice its value), 44.14, 43.95, 36.48, 31.09, 40.28 and 45.82 s; that
 for half the critical picks, 44.14, 43.87, 36.95, 30.84, 40.10 and 46.53 s: within the
 runs' noise.
+
+Guided partners (GUIDE_SHARE in solver/tempering.c): half the critical picks draw the
+partner among the NEAR = 8 devices nearest (``T_pp``) the other end of the picked slow
+link, or nearest (``T_dp``) another device of the largest column (``_near``, O(N^2) once
+a ladder), in place of a uniform draw; the kernel keeps each chain's device positions
+(rebuilt at each call, O(N); every accepted move updates the devices it moved). At 192
+GPUs a uniform partner is the host mate that mends a crossing once in 191 draws. One
+session, ``--time-limit 10``, 2 workers, seeds 0-4, mean Comm without -> with: 8 x 24
+draw 1 43.59 -> 40.87 s (seeds 5-14: 43.53 -> 42.74 s), draw 5 36.89 -> 36.00 s (seeds
+5-14: 36.65 -> 36.47 s), draw 3 38.42 -> 38.55 s, draw 0 36.57 -> 36.53 s; 10 x 8 draw
+3 41.15 -> 40.70 s, draw 0 43.96 -> 43.83 s; 12 x 8 draw 9 47.15 -> 46.96 s, draw 0
+43.95 -> 43.81 s, draw 1 39.31 -> 39.37 s; the rest of 16 instances within 0.1% (the
+README's "Guided partners" table). Every critical pick guided: 10 x 8 draw 3 39.85 s
+(against 40.46 s at half, same session), 12 x 8 draw 1 40.06 s (39.08 s): not kept.
 
 The energy of rung ``l`` is ``E_l = Comm + lambda_l S`` with the smoothing term
 ``S = mean_s DataP(s) + 2 sum_s mean_r T_pp[G[r, s], G[r, s + 1]]`` and ``lambda_l``
@@ -133,6 +147,8 @@ TAU_HOT = 0.10
 #: 12 x 8 draw-0 instance had two seeds in a basin 6-9% above (mean 45.36 s).
 CHAINS = 24
 EXCHANGE_EVERY = 20
+#: Guided partners kept per device (NEAR in solver/tempering.c).
+NEAR = 8
 #: Seconds of kernel work between two stop tests (cancel, deadline).
 CHUNK_S = 0.02
 #: Weight of the smoothing term on the hottest rung (0 on the coldest; kernel only).
@@ -166,6 +182,23 @@ class Ladder:
         self.best = float(e0)
         self.best_grid = g.copy()
         self.steps = 0
+
+    def _near(self) -> np.ndarray:
+        """Each device's NEAR closest others by ``T_pp``, then by ``T_dp`` (rows of NEAR
+        device ids, self excluded; padded with random others when there are fewer): the
+        kernel's guided partners. O(N^2) once per ladder."""
+        if getattr(self, "_near_ids", None) is None:
+            n = self.t_pp.shape[0]
+            out = []
+            for t in (self.t_pp, self.t_dp):
+                key = t + np.diag(np.full(n, np.inf))
+                cut = min(NEAR, n - 1)
+                ids = np.argpartition(key, cut - 1, axis=1)[:, :cut] if cut > 0 else np.zeros((n, 0), int)
+                if cut < NEAR:  # fewer devices than NEAR + 1: repeat the ones there are
+                    ids = ids[:, np.arange(NEAR) % cut] if cut > 0 else np.zeros((n, NEAR), int)
+                out.append(ids)
+            self._near_ids = np.ascontiguousarray(np.concatenate(out), dtype=np.int64)
+        return self._near_ids
 
     def _sums(self, g: np.ndarray) -> np.ndarray:
         """Per device, the sum of ``T_dp`` to the peers of its column."""
@@ -261,7 +294,8 @@ class Ladder:
         if not all(a.flags.c_contiguous and a.dtype in kinds for a in arrays + [self.means, self.smooth]):
             return None  # never hand the kernel memory laid out otherwise
         ptrs = [a.ctypes.data for a in arrays]
-        tail = (self.means.ctypes.data, self.smooth.ctypes.data, rung_lam.ctypes.data)
+        near = self._near()
+        tail = (self.means.ctypes.data, self.smooth.ctypes.data, rung_lam.ctypes.data, near.ctypes.data)
         done, chunk, told = 0, 8, self.best
         while done < steps and not stop():
             now = min(chunk, steps - done)
