@@ -178,7 +178,7 @@ def dominating_device(model: Any, score: Any) -> tuple[int, str] | None:
     cost = (model.t_pp + model.t_dp).sum(axis=1) / max(model.n - 1, 1)
     row = max(sorted(candidates), key=lambda d: cost[d])
     why = []
-    if row == score.worst_device:
+    if score.data_p > 0 and row == score.worst_device:
         why.append("sets DataP")
     if counts.get(row, 0) * 2 > edges:
         why.append(f"is in the bottleneck link of {counts[row]} of {edges} pipeline edges")

@@ -313,17 +313,17 @@ class _Run:
 
 class _Effort:
     """solver.descent's Effort view of a _Run (the starts share the run's counters; their
-    polishing is not charged, so ``default_budget`` keeps meaning swaps). ``floor``: the
-    run's swap count below which the clock does not stop it (a cancel, the bound and
-    the budget still do)."""
+    polishing is not charged, so ``default_budget`` keeps meaning swaps). ``cap``: a run
+    swap count that ends it as a budget would, and the clock then does not stop it (a
+    cancel and the bound still do)."""
 
     charge_polish = False
 
-    def __init__(self, run: _Run, floor: int = 0) -> None:
+    def __init__(self, run: _Run, cap: int | None = None) -> None:
         self.run = run
-        self.floor = floor
+        self.cap = cap
 
-    budget = property(lambda self: self.run.budget)
+    budget = property(lambda self: self.run.budget if self.cap is None else min(self.run.budget, self.cap))
     nfev = property(lambda self: self.run.nfev, lambda self, v: setattr(self.run, "nfev", v))
     nit = property(lambda self: self.run.nit, lambda self, v: setattr(self.run, "nit", v))
     exact_path = property(lambda self: self.run.exact_path,
@@ -331,12 +331,12 @@ class _Effort:
 
     def should_stop(self) -> bool:
         run = self.run
-        if run.nfev < self.floor and run.nfev < run.budget:
-            if run.status in (CANCELLED, OPTIMAL) or run.at_bound():
-                return run.should_stop()
-            run.report()
-            return run.status == CANCELLED
-        return run.should_stop()
+        if self.cap is None:
+            return run.should_stop()
+        if run.status in (CANCELLED, OPTIMAL) or run.at_bound() or run.nfev >= self.budget:
+            return run.should_stop() or run.nfev >= self.budget
+        run.report()
+        return run.status == CANCELLED
 
 
 def _check_options(budget, restarts, time_limit, workers) -> None:
@@ -368,17 +368,24 @@ def _starts_phase(run: _Run, model: CostModel, rng, starts: list[tuple[str, np.n
         run.offer(grid, comm, name)
         scored_starts.append((comm, k, name, grid))
     results = {k: (comm, k, name, grid) for comm, k, name, grid in scored_starts}
+    timed = run.time_limit is not None
     for i, (comm, k, name, grid) in enumerate(sorted(scored_starts, key=lambda x: (x[0], x[1]))):
-        # the best start is descended for FIRST_DESCENT_SWAPS at least, however short the
-        # time limit: worker processes take about 0.3 s to start, and a limit that ends
-        # before them would otherwise return a start only polished
-        floor = run.nfev + first_descent_swaps(model.n) if i == 0 and run.time_limit is not None else 0
-        if i > 0 and run.should_stop() or floor and _Effort(run, floor).should_stop():
+        offer = lambda g, s, name=name: run.offer(g, s, name)  # noqa: E731
+        if i == 0 and timed:
+            # the best start's descent scores first_descent_swaps(N) however short the
+            # time limit (worker processes take about 0.3 s to start, and a limit that
+            # ended before them returned a start only polished), then goes on while the
+            # phase lasts
+            first = _Effort(run, cap=run.nfev + first_descent_swaps(model.n))
+            if first.should_stop():
+                break
+            grid = descend(model, grid, rng, first, offer).grid
+            results[k] = (float(model.score_grid(grid).comm), k, name, grid.copy())
+        if run.should_stop():
             break
         if comm > SKIP_START_RATIO * run.best_score:
             continue  # far behind the best: not worth a descent
-        state = descend(model, grid, rng, _Effort(run, floor) if floor else effort,
-                        lambda g, s, name=name: run.offer(g, s, name))
+        state = descend(model, grid, rng, effort, offer)
         results[k] = (float(state.score), k, name, state.grid.copy())
     run.other_start = _other_layout(list(results.values()))
 
@@ -536,7 +543,7 @@ def solve(
                     abandon.set()
                 starter.join(POLL_START_S)
             notes = list(pool.notes)
-            if notes:  # a time limit or a cancel stopped starting more: report those started
+            if anytime:  # those started (a time limit, a cancel or a failed start: fewer)
                 workers = pool.workers
             if anytime:
                 plan = _rounds_plan(run, model, seed, restarts, budget is not None, workers, origins)

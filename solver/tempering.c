@@ -7,7 +7,9 @@
  * COLUMN_SHARE of them (kernel only) swaps two whole columns instead, a share
  * TAIL_SHARE swaps two pipelines' devices right of one edge, a share BLOCK_SHARE swaps
  * two pipeline segments of 2-4 stages (block_move), and a share CRIT_SHARE
- * swaps a critical device (the largest column's, a slowest link's) with any other.
+ * swaps a critical device (the largest column's, a slowest link's) with another: for
+ * GUIDE_SHARE of them one of the devices nearest the link's other end or a column peer
+ * (``critical``), else any.
  * Random numbers: xoshiro256** seeded by the caller. Built on first use by solver/native.py; the numpy
  * Ladder is used wherever it cannot be built.
  */
@@ -91,8 +93,9 @@ static void commit_edges(double *ed, double *em, const int *touched, const doubl
  * groups (pipeline order) or the tails of two pipelines (one edge's matching);
  * ``CC="gcc -DTAIL_SHARE=0"`` builds a kernel without the latter, for comparisons. */
 #define COLUMN_SHARE 0.125
-/* Share of proposals that swap a critical device (``critical``) with a uniform one;
- * the other device swaps pick both uniformly. It is taken from the top of the draw
+/* Share of proposals that swap a critical device (``critical``) with another (for
+ * GUIDE_SHARE of them a guided partner, else a uniform one); the other device swaps pick
+ * both uniformly. It is taken from the top of the draw
  * that picks the kind of proposal, so it acts as at most 1 - COLUMN_SHARE - TAIL_SHARE -
  * BLOCK_SHARE. ``-DCRIT_SHARE=0`` builds the kernel
  * without critical picks, for comparisons (solver/tempering.py has the figures). */
@@ -119,6 +122,13 @@ static void commit_edges(double *ed, double *em, const int *touched, const doubl
 #define GUIDE_SHARE 0.5
 #endif
 #define NEAR 8
+/* Guided partners are drawn among the first NEAR_USE of each row (nearest first). */
+#ifndef NEAR_USE
+#define NEAR_USE NEAR
+#endif
+#if NEAR_USE > NEAR || NEAR_USE < 1
+#error "NEAR_USE must lie in 1 .. NEAR"
+#endif
 
 /* Running sums of one chain, so a proposal costs O(D_DP) and not O(D_PP) more: the
  * column DataP total and its largest column, the edge and mean-link totals. Recomputed
@@ -334,7 +344,7 @@ static void block_move(int64_t *g, int r, int p, double *S, double *cd, double *
  * With odds GUIDE_SHARE, *partner gets the grid index (``pos``: chain's positions) of
  * one of the NEAR devices nearest the link's other end (``near``, by T_pp) or another
  * device of the column (``near + n NEAR``, by T_dp); else, or when that device is the
- * pick itself or sits in the same column, -1 (a uniform partner). */
+ * pick itself (or, for a column pick, sits in that column), -1 (a uniform partner). */
 static int64_t critical(const int64_t *g, int r, int p, int top, const double *tpp, int n,
                         uint64_t *rng, const int64_t *near, const int64_t *pos, int64_t *partner) {
     uint64_t bits = next_u64(rng);
@@ -344,7 +354,7 @@ static int64_t critical(const int64_t *g, int r, int p, int top, const double *t
         int row = (int)below(rng, r);
         if (guide && r > 1) {  /* a device near another peer of the column */
             int other = (row + 1 + (int)below(rng, r - 1)) % r;
-            int64_t d = near[(size_t)n * NEAR + (size_t)g[other * p + top] * NEAR + below(rng, NEAR)];
+            int64_t d = near[(size_t)n * NEAR + (size_t)g[other * p + top] * NEAR + below(rng, NEAR_USE)];
             if (pos[d] % p != top) *partner = pos[d];
         }
         return (int64_t)row * p + top;
@@ -358,7 +368,7 @@ static int64_t critical(const int64_t *g, int r, int p, int top, const double *t
     int side = (int)((bits >> 1) & 1);
     int64_t i = (int64_t)at * p + e + side;
     if (guide) {  /* a device near the link's other end takes this end's place */
-        int64_t d = near[(size_t)g[at * p + e + 1 - side] * NEAR + below(rng, NEAR)];
+        int64_t d = near[(size_t)g[at * p + e + 1 - side] * NEAR + below(rng, NEAR_USE)];
         if (pos[d] != i) *partner = pos[d];
     }
     return i;

@@ -60,8 +60,8 @@ The rest of the kernel's proposals (CRIT_SHARE in solver/tempering.c, 3/4 of all
 the segment swaps' 1/16, at least three stage groups) pick the first device of the swap
 among the *critical* ones:
 half the time a device of the column with the largest DataP, half an end of a random
-edge's slowest link (an O(D_DP) scan); the partner stays uniform (half of them: guided partners, below). Comm is a maximum plus
-a sum of maxima, so a swap that touches neither the largest column nor a slowest link
+edge's slowest link (an O(D_DP) scan); the partner is uniform for half of them, guided
+for the other half (below). Comm is a maximum plus a sum of maxima, so a swap that touches neither the largest column nor a slowest link
 cannot lower it on the coldest rung, and uniform picks spent most proposals there. The
 proposal is no longer symmetric, so the chains do not sample the Boltzmann weights
 exactly; the search wants low states, not samples. Measured in one session at
@@ -82,16 +82,17 @@ runs' noise.
 
 Guided partners (GUIDE_SHARE in solver/tempering.c): half the critical picks draw the
 partner among the NEAR = 8 devices nearest (``T_pp``) the other end of the picked slow
-link, or nearest (``T_dp``) another device of the largest column (``_near``, O(N^2) once
-a ladder), in place of a uniform draw; the kernel keeps each chain's device positions
+link, or nearest (``T_dp``) another device of the largest column (``near_devices``,
+O(N^2) once a model), in place of a uniform draw; the kernel keeps each chain's device positions
 (rebuilt at each call, O(N); every accepted move updates the devices it moved). At 192
 GPUs a uniform partner is the host mate that mends a crossing once in 191 draws. One
 session, ``--time-limit 10``, 2 workers, seeds 0-4, mean Comm without -> with: 8 x 24
 draw 1 43.59 -> 40.87 s (seeds 5-14: 43.53 -> 42.74 s), draw 5 36.89 -> 36.00 s (seeds
 5-14: 36.65 -> 36.47 s), draw 3 38.42 -> 38.55 s, draw 0 36.57 -> 36.53 s; 10 x 8 draw
 3 41.15 -> 40.70 s, draw 0 43.96 -> 43.83 s; 12 x 8 draw 9 47.15 -> 46.96 s, draw 0
-43.95 -> 43.81 s, draw 1 39.31 -> 39.37 s; the rest of 16 instances within 0.1% (the
-README's "Guided partners" table). Every critical pick guided: 10 x 8 draw 3 39.85 s
+43.95 -> 43.81 s, draw 1 39.31 -> 39.37 s, draw 4 21.80 -> 21.73 s; 16 x 4 draw 5 47.45
+-> 47.33 s; the other five of 16 instances within 0.15% (the README's "Guided partners"
+table). Every critical pick guided: 10 x 8 draw 3 39.85 s
 (against 40.46 s at half, same session), 12 x 8 draw 1 40.06 s (39.08 s): not kept.
 
 The energy of rung ``l`` is ``E_l = Comm + lambda_l S`` with the smoothing term
@@ -155,6 +156,30 @@ CHUNK_S = 0.02
 SMOOTHING = 0.6
 
 
+def near_devices(model) -> np.ndarray:
+    """(2 N, NEAR) int64: each device's NEAR nearest others by ``model.t_pp`` (rows 0 ..
+    N - 1), then by ``model.t_dp``; nearest first, self excluded, cycled when N - 1 <
+    NEAR. Cached on the model (every ladder of every round uses it)."""
+    near = model.__dict__.get("_near_devices")
+    if near is not None:
+        return near
+    n = model.t_pp.shape[0]
+    cut = min(NEAR, n - 1)
+    out = np.zeros((2 * n, NEAR), dtype=np.int64)
+    if cut > 0:
+        for half, t in enumerate((model.t_pp, model.t_dp)):
+            for lo in range(0, n, 256):
+                rows = np.arange(lo, min(n, lo + 256))
+                key = np.array(t[rows], dtype=float)
+                key[np.arange(len(rows)), rows] = np.inf
+                ids = np.argpartition(key, cut - 1, axis=1)[:, :cut]
+                ids = np.take_along_axis(ids, np.argsort(np.take_along_axis(key, ids, axis=1), axis=1,
+                                                         kind="stable"), axis=1)
+                out[half * n + rows] = ids[:, np.arange(NEAR) % cut]
+    model.__dict__["_near_devices"] = out
+    return out
+
+
 class Ladder:
     """K tempering chains on one cost model; ``run`` advances them, ``best`` is kept."""
 
@@ -185,20 +210,10 @@ class Ladder:
 
     def _near(self) -> np.ndarray:
         """Each device's NEAR closest others by ``T_pp``, then by ``T_dp`` (rows of NEAR
-        device ids, self excluded; padded with random others when there are fewer): the
-        kernel's guided partners. O(N^2) once per ladder."""
-        if getattr(self, "_near_ids", None) is None:
-            n = self.t_pp.shape[0]
-            out = []
-            for t in (self.t_pp, self.t_dp):
-                key = t + np.diag(np.full(n, np.inf))
-                cut = min(NEAR, n - 1)
-                ids = np.argpartition(key, cut - 1, axis=1)[:, :cut] if cut > 0 else np.zeros((n, 0), int)
-                if cut < NEAR:  # fewer devices than NEAR + 1: repeat the ones there are
-                    ids = ids[:, np.arange(NEAR) % cut] if cut > 0 else np.zeros((n, NEAR), int)
-                out.append(ids)
-            self._near_ids = np.ascontiguousarray(np.concatenate(out), dtype=np.int64)
-        return self._near_ids
+        device ids, nearest first, self excluded; with fewer than NEAR others, those there
+        are, repeated in turn): the kernel's guided partners. Built once per model, in
+        blocks of rows (O(N^2) time, O(N) memory beside the result)."""
+        return near_devices(self.model)
 
     def _sums(self, g: np.ndarray) -> np.ndarray:
         """Per device, the sum of ``T_dp`` to the peers of its column."""

@@ -117,6 +117,10 @@ class TestPoorDevice:
         assert found is None or "sets DataP" not in found[1]
         for item in advice.poor_device(model, out.result.score, prepared.fabric):
             assert "sets DataP" not in item.message
+        # the first device is the worst by default; on the only edge's bottleneck it is named
+        # for that alone
+        score = SimpleNamespace(bottlenecks=[(0, 5)], worst_device=0, data_p=0.0)
+        assert advice.dominating_device(model, score)[1] == "is in the bottleneck link of 1 of 1 pipeline edges"
 
     def test_the_re_solve_budget_is_a_tenth_of_the_default(self):
         from solver.search import default_budget

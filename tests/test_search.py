@@ -140,8 +140,9 @@ def test_heuristic_alone_on_small_clustered_instances(monkeypatch):
 
 # -- anytime rounds and worker processes ---------------------------------------------
 
-def _h24_model():
-    """The 24-GPU hierarchical fabric of seed 1 (benchmarks/hierarchical.py) as 4 x 6."""
+def _h24_model(n=24, d_pp=4):
+    """The 24-GPU hierarchical fabric of seed 1 (benchmarks/hierarchical.py) as 4 x 6 (or
+    ``n`` GPUs as ``d_pp`` stages)."""
     import sys
     from pathlib import Path
 
@@ -150,7 +151,7 @@ def _h24_model():
     from hierarchical import hierarchical_fabric
     from solver.workload import Workload
 
-    return cost_model(hierarchical_fabric(24, 1), Workload(4, 6, 0.5, 0.6))
+    return cost_model(hierarchical_fabric(n, 1), Workload(d_pp, n // d_pp, 0.5, 0.6))
 
 
 def _geo_model(seed=21, d_pp=4, d_dp=6):
@@ -514,8 +515,12 @@ def test_a_time_limit_shorter_than_starting_the_workers_still_descends_the_best_
     for workers in (1, 2):
         result = solve(model, seed=0, workers=workers, time_limit=0.001)
         assert result.status == TIME_LIMIT and result.rounds == 0
-        assert result.nfev >= first_descent_swaps(model.n)  # the floor, then the clock
+        # the floor, and no more (a batch of at most N swaps may end past it)
+        assert first_descent_swaps(model.n) <= result.nfev <= first_descent_swaps(model.n) + model.n
         assert result.fun < 0.8 * polished, (result.fun, polished)
+    big = _h24_model(192, 8)  # the first descent scored its whole budget, 1.47 million swaps
+    result = solve(big, seed=0, workers=1, time_limit=0.001)
+    assert first_descent_swaps(big.n) <= result.nfev <= first_descent_swaps(big.n) + big.n
 
 
 def test_a_budget_of_zero_polishes_every_start_with_or_without_a_time_limit():
