@@ -122,9 +122,10 @@ static void commit_edges(double *ed, double *em, const int *touched, const doubl
 #define GUIDE_SHARE 0.5
 #endif
 #define NEAR 8
-/* Guided partners are drawn among the first NEAR_USE of each row (nearest first). */
+/* Guided partners are drawn among the first NEAR_USE of each row (nearest first);
+ * ``-DNEAR_USE=8`` draws among all kept, for comparisons (solver/tempering.py). */
 #ifndef NEAR_USE
-#define NEAR_USE NEAR
+#define NEAR_USE 4
 #endif
 #if NEAR_USE > NEAR || NEAR_USE < 1
 #error "NEAR_USE must lie in 1 .. NEAR"

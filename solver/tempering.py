@@ -81,10 +81,11 @@ for half the critical picks, 44.14, 43.87, 36.95, 30.84, 40.10 and 46.53 s: with
 runs' noise.
 
 Guided partners (GUIDE_SHARE in solver/tempering.c): half the critical picks draw the
-partner among the NEAR = 8 devices nearest (``T_pp``) the other end of the picked slow
-link, or nearest (``T_dp``) another device of the largest column (``near_devices``,
-O(N^2) once a model), in place of a uniform draw; the kernel keeps each chain's device positions
-(rebuilt at each call, O(N); every accepted move updates the devices it moved). At 192
+partner among the 4 devices nearest (``T_pp``; NEAR_USE of the NEAR = 8 kept) the other
+end of the picked slow link, or nearest (``T_dp``) another device of the largest column
+(``near_devices``, O(N^2) once a model), in place of a uniform draw; the kernel keeps
+each chain's device positions (rebuilt at each call, O(N); every accepted move updates
+the devices it moved). At 192
 GPUs a uniform partner is the host mate that mends a crossing once in 191 draws. One
 session, ``--time-limit 10``, 2 workers, seeds 0-4, mean Comm without -> with: 8 x 24
 draw 1 43.59 -> 40.87 s (seeds 5-14: 43.53 -> 42.74 s), draw 5 36.89 -> 36.00 s (seeds
@@ -94,6 +95,12 @@ draw 1 43.59 -> 40.87 s (seeds 5-14: 43.53 -> 42.74 s), draw 5 36.89 -> 36.00 s 
 -> 47.33 s; the other five of 16 instances within 0.15% (the README's "Guided partners"
 table). Every critical pick guided: 10 x 8 draw 3 39.85 s
 (against 40.46 s at half, same session), 12 x 8 draw 1 40.06 s (39.08 s): not kept.
+Those figures drew among all 8; among the nearest 4, against 8 in one session (seeds
+0-4, then 5-9): 10 x 8 draw 3 39.91 / 39.88 s against 40.39 / 41.36 s (every seed in
+the 39.8 s basin), 16 x 4 draw 5 47.01 / 47.35 s against 47.52 / 47.49 s, 8 x 24 draw
+1 42.74 / 41.66 s against 43.11 / 42.94 s, 12 x 8 draw 9 46.98 / 47.29 s against 46.97
+/ 47.09 s; five instances of draws 0 and 1 within 0.2% (the README's "Guided
+partners").
 
 The energy of rung ``l`` is ``E_l = Comm + lambda_l S`` with the smoothing term
 ``S = mean_s DataP(s) + 2 sum_s mean_r T_pp[G[r, s], G[r, s + 1]]`` and ``lambda_l``

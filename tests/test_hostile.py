@@ -495,11 +495,16 @@ FLAGS = {
 }
 
 
+def _small_fabric_file(tmp_path: Path) -> Path:
+    fabric = tmp_path / "f.json"
+    fabric.write_text(json.dumps(small_fabric()))
+    return fabric
+
+
 @pytest.mark.parametrize("name", sorted(FLAGS))
 def test_bad_solve_flag(tmp_path, name):
     extra, culprit = FLAGS[name]
-    fabric = tmp_path / "f.json"
-    fabric.write_text(json.dumps(small_fabric()))
+    fabric = _small_fabric_file(tmp_path)
     args = [*SOLVE]
     for k in range(0, len(extra), 2):
         if extra[k] in args:
@@ -522,8 +527,7 @@ EMPTY_PATHS = {  # Path('') is the current folder: refused as empty, not as "a d
 @pytest.mark.parametrize("name", sorted(EMPTY_PATHS))
 def test_empty_path_flag(tmp_path, name):
     args, culprit = EMPTY_PATHS[name]
-    fabric = tmp_path / "f.json"
-    fabric.write_text(json.dumps(small_fabric()))
+    fabric = _small_fabric_file(tmp_path)
     inventory = tmp_path / "hosts"
     inventory.write_text("h1 slots=1\n")
     args = [{"F": str(fabric), "INV": str(inventory), "OUT": str(tmp_path / "o.json")}.get(a, a) for a in args]

@@ -53,10 +53,10 @@ def test_kernel_moves_a_host_s_run_of_stages_whole():
 def test_kernel_brings_a_device_next_to_its_slow_link_s_other_end():
     """64 hosts of 3 devices, one pipeline each, but pipelines 0 and 1 traded their last
     stages: both cross hosts at edge 1. The fix swaps those two devices, one partner among
-    191 for a uniform draw; half the critical picks draw the partner among the 8 devices
+    191 for a uniform draw; half the critical picks draw the partner among the 4 devices
     nearest the slow link's other end (its host mate among them). Every seed below found
-    it within 140 steps; a kernel built with -DGUIDE_SHARE=0 found it on 1 of 10 within
-    2000."""
+    it within 40 steps (140 drawing among 8); a kernel built with -DGUIDE_SHARE=0 found
+    it on 1 of 10 within 2000."""
     if native.kernel() is None:
         pytest.fail(native.why_not())
     from solver.cost import CostModel
