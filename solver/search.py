@@ -379,11 +379,14 @@ def _starts_phase(run: _Run, model: CostModel, rng, starts: list[tuple[str, np.n
             first = _Effort(run, cap=run.nfev + first_descent_swaps(model.n))
             if first.should_stop():
                 break
-            grid = descend(model, grid, rng, first, offer).grid
-            results[k] = (float(model.score_grid(grid).comm), k, name, grid.copy())
-        if run.should_stop():
+            state = descend(model, grid, rng, first, offer)
+            grid = state.grid
+            results[k] = (float(state.score), k, name, grid.copy())
+            if run.nfev < first.budget and not run.should_stop():
+                continue  # it ended below the cap: a local optimum, nothing to go on with
+        if (i > 0 or timed) and run.should_stop():
             break
-        if comm > SKIP_START_RATIO * run.best_score:
+        if i > 0 and comm > SKIP_START_RATIO * run.best_score:
             continue  # far behind the best: not worth a descent
         state = descend(model, grid, rng, effort, offer)
         results[k] = (float(state.score), k, name, state.grid.copy())
@@ -551,7 +554,7 @@ def solve(
                     run.budget = run.nfev + plan.budget
                     if run.status == BUDGET:
                         run.status = CONVERGED
-                errors = _rounds_phase(run, model, pool, plan)
+                errors = _rounds_phase(run, model, pool, plan) or list(pool.errors)  # a failed start too
                 if notes and pool.notes:
                     notes[-1] += "; the search used those" if run.restart else "; too late for any round"
         finally:

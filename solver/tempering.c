@@ -343,7 +343,8 @@ static void block_move(int64_t *g, int r, int p, double *S, double *cd, double *
  * DataP, a maximum over columns, plus a sum of per-edge maxima: a swap that touches
  * neither the largest column nor a slowest link cannot lower it on the coldest rung.
  * With odds GUIDE_SHARE, *partner gets the grid index (``pos``: chain's positions) of
- * one of the NEAR devices nearest the link's other end (``near``, by T_pp) or another
+ * one of the NEAR_USE devices nearest (of the NEAR kept, nearest first) the link's other
+ * end (``near``, by T_pp) or another
  * device of the column (``near + n NEAR``, by T_dp); else, or when that device is the
  * pick itself (or, for a column pick, sits in that column), -1 (a uniform partner). */
 static int64_t critical(const int64_t *g, int r, int p, int top, const double *tpp, int n,

@@ -523,6 +523,27 @@ def test_a_time_limit_shorter_than_starting_the_workers_still_descends_the_best_
     assert first_descent_swaps(big.n) <= result.nfev <= first_descent_swaps(big.n) + big.n
 
 
+def test_under_a_time_limit_the_best_start_s_descent_goes_on_past_its_floor(monkeypatch):
+    """The floor is a minimum: while the starts' share of the limit lasts, the best
+    start's descent goes on past it (a first build skipped it as 'far behind' itself)."""
+    calls = []
+    plain = search.descend
+
+    def spy(model, grid, rng, effort, offer):
+        state = plain(model, grid, rng, effort, offer)
+        calls.append((getattr(effort, "cap", None), model.score_grid(grid).comm, float(state.score)))
+        return state
+
+    monkeypatch.setattr(search, "descend", spy)
+    starts = search._starts  # the two plain layouts only: the first sweep gains over 25%
+    monkeypatch.setattr(search, "_starts", lambda *args: starts(*args)[:2])
+    solve(_h24_model(), seed=0, workers=1, time_limit=5.0, restarts=1)
+    (cap, start, capped), (then_cap, then_from, _) = calls[:2]
+    assert capped < start / search.SKIP_START_RATIO
+    assert cap is not None and then_cap is None  # capped, then the phase's own effort
+    assert then_from == pytest.approx(capped)  # from where the capped descent ended
+
+
 def test_a_budget_of_zero_polishes_every_start_with_or_without_a_time_limit():
     """--budget 0 --restarts 0 polished every start without a time limit but only the
     first two with one (the budget, not the clock, ended that loop): 26.10 s against

@@ -89,6 +89,7 @@ def test_guided_partners_are_each_device_s_nearest():
             assert d not in ids and len(set(ids.tolist())) == 8
             others = np.delete(t[d], d)
             assert t[d, ids].max() <= np.sort(others)[7] + 1e-12
+            assert np.all(np.diff(t[d, ids]) >= 0)  # nearest first: the kernel draws among the first
     tiny = Ladder(random_model(rng, 2, 2), np.arange(4).reshape(2, 2), rng, chains=2)._near()
     assert tiny.shape == (8, 8) and all(set(row.tolist()) <= set(range(4)) - {i % 4} for i, row in enumerate(tiny))
 
