@@ -43,6 +43,7 @@ O(N D_DP); see solver.anytime for a round.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -278,34 +279,27 @@ class _Run:
     def at_bound(self) -> bool:
         return self.bound is not None and self.best_score <= self.bound * (1 + 1e-9) + 1e-12
 
-    def out_of_time(self) -> bool:
-        """Cancelled, optimal, or past the deadline or the phase's end: what stops
-        polishing the starts under a time limit (a budget does not: polishing scores no
-        swaps, and without a time limit every start is polished)."""
-        if self.status in (CANCELLED, OPTIMAL) or self.at_bound():
-            return True
-        now = time.monotonic()
-        if self.deadline is not None and now >= self.deadline:
-            self.status = TIME_LIMIT
-            return True
-        if self.phase_deadline is not None and now >= self.phase_deadline:
-            return True
-        self.report()
-        return self.status == CANCELLED
-
-    def should_stop(self) -> bool:
+    def should_stop(self, *, clock: bool = True, swaps: float | None = None) -> bool:
+        """Whether to stop: cancelled, optimal, the bound reached, the run's budget used,
+        and with ``clock`` the deadline or the phase's end passed. ``swaps``: a run swap
+        count that stops it in the budget's place (a capped descent; ``math.inf``: none,
+        for polishing the starts, which scores no swaps and which a budget does not end)."""
         if self.status in (CANCELLED, OPTIMAL):
             return True
         if self.at_bound():
             self.status = OPTIMAL
             return True
-        if self.deadline is not None and time.monotonic() >= self.deadline:
+        now = time.monotonic()
+        if clock and self.deadline is not None and now >= self.deadline:
             self.status = TIME_LIMIT
             return True
-        if self.nfev >= self.budget:
+        if swaps is not None:
+            if self.nfev >= swaps:
+                return True
+        elif self.nfev >= self.budget:
             self.status = BUDGET
             return True
-        if self.phase_deadline is not None and time.monotonic() >= self.phase_deadline:
+        if clock and self.phase_deadline is not None and now >= self.phase_deadline:
             return True
         self.report()
         return self.status == CANCELLED
@@ -330,13 +324,9 @@ class _Effort:
                           lambda self, v: setattr(self.run, "exact_path", v))
 
     def should_stop(self) -> bool:
-        run = self.run
         if self.cap is None:
-            return run.should_stop()
-        if run.status in (CANCELLED, OPTIMAL) or run.at_bound() or run.nfev >= self.budget:
-            return run.should_stop() or run.nfev >= self.budget
-        run.report()
-        return run.status == CANCELLED
+            return self.run.should_stop()
+        return self.run.should_stop(clock=False, swaps=self.budget)
 
 
 def _check_options(budget, restarts, time_limit, workers) -> None:
@@ -361,7 +351,7 @@ def _starts_phase(run: _Run, model: CostModel, rng, starts: list[tuple[str, np.n
         run.phase_deadline = time.monotonic() + START_SHARE * run.time_limit
     scored_starts = []
     for k, (name, grid) in enumerate(starts):
-        if k >= 2 and run.time_limit is not None and run.out_of_time():
+        if k >= 2 and run.time_limit is not None and run.should_stop(swaps=math.inf):
             break  # under a time limit, polish only while the phase lasts (one per layout at least)
         grid = polish(model, grid, effort)
         comm = model.score_grid(grid).comm
@@ -546,9 +536,8 @@ def solve(
                     abandon.set()
                 starter.join(POLL_START_S)
             notes = list(pool.notes)
-            if anytime:  # those started (a time limit, a cancel or a failed start: fewer)
-                workers = pool.workers
             if anytime:
+                workers = pool.workers  # those started (a time limit, a cancel or a failed start: fewer)
                 plan = _rounds_plan(run, model, seed, restarts, budget is not None, workers, origins)
                 if budget is None:  # the default budget bounded the starts, not the rounds
                     run.budget = run.nfev + plan.budget

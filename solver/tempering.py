@@ -61,8 +61,8 @@ the segment swaps' 1/16, at least three stage groups) pick the first device of t
 among the *critical* ones:
 half the time a device of the column with the largest DataP, half an end of a random
 edge's slowest link (an O(D_DP) scan); the partner is uniform for half of them, guided
-for the other half (below). Comm is a maximum plus a sum of maxima, so a swap that touches neither the largest column nor a slowest link
-cannot lower it on the coldest rung, and uniform picks spent most proposals there. The
+for the other half (below). Comm is a maximum plus a sum of maxima, so a swap that
+touches neither the largest column nor a slowest link cannot lower it on the coldest rung, and uniform picks spent most proposals there. The
 proposal is no longer symmetric, so the chains do not sample the Boltzmann weights
 exactly; the search wants low states, not samples. Measured in one session at
 ``--time-limit 10``, 2 workers, seeds 0-4, mean Comm with uniform picks, 1/4 and 1/2
@@ -85,8 +85,8 @@ partner among the 4 devices nearest (``T_pp``; NEAR_USE of the NEAR = 8 kept) th
 end of the picked slow link, or nearest (``T_dp``) another device of the largest column
 (``near_devices``, O(N^2) once a model), in place of a uniform draw; the kernel keeps
 each chain's device positions (rebuilt at each call, O(N); every accepted move updates
-the devices it moved). At 192
-GPUs a uniform partner is the host mate that mends a crossing once in 191 draws. One
+the devices it moved). At 192 GPUs a uniform partner is the host mate that mends a
+crossing once in 191 draws. One
 session, ``--time-limit 10``, 2 workers, seeds 0-4, mean Comm without -> with: 8 x 24
 draw 1 43.59 -> 40.87 s (seeds 5-14: 43.53 -> 42.74 s), draw 5 36.89 -> 36.00 s (seeds
 5-14: 36.65 -> 36.47 s), draw 3 38.42 -> 38.55 s, draw 0 36.57 -> 36.53 s; 10 x 8 draw
@@ -215,13 +215,6 @@ class Ladder:
         self.best_grid = g.copy()
         self.steps = 0
 
-    def _near(self) -> np.ndarray:
-        """Each device's NEAR closest others by ``T_pp``, then by ``T_dp`` (rows of NEAR
-        device ids, nearest first, self excluded; with fewer than NEAR others, those there
-        are, repeated in turn): the kernel's guided partners. Built once per model, in
-        blocks of rows (O(N^2) time, O(N) memory beside the result)."""
-        return near_devices(self.model)
-
     def _sums(self, g: np.ndarray) -> np.ndarray:
         """Per device, the sum of ``T_dp`` to the peers of its column."""
         out = np.empty(g.size)
@@ -316,7 +309,7 @@ class Ladder:
         if not all(a.flags.c_contiguous and a.dtype in kinds for a in arrays + [self.means, self.smooth]):
             return None  # never hand the kernel memory laid out otherwise
         ptrs = [a.ctypes.data for a in arrays]
-        near = self._near()
+        near = near_devices(self.model)  # the kernel's guided partners
         tail = (self.means.ctypes.data, self.smooth.ctypes.data, rung_lam.ctypes.data, near.ctypes.data)
         done, chunk, told = 0, 8, self.best
         while done < steps and not stop():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from solver import native
-from solver.tempering import Ladder
+from solver.tempering import Ladder, near_devices
 from solver.search import solve
 from solver_oracles import brute_force_optimum, random_model
 
@@ -79,8 +79,7 @@ def test_kernel_brings_a_device_next_to_its_slow_link_s_other_end():
 def test_guided_partners_are_each_device_s_nearest():
     rng = np.random.default_rng(3)
     model = random_model(rng, 4, 5, clustered=True)
-    ladder = Ladder(model, rng.permutation(model.n).reshape(5, 4), rng, chains=4)
-    near = ladder._near()
+    near = near_devices(model)
     n = model.n
     assert near.shape == (2 * n, 8)
     for half, t in enumerate((model.t_pp, model.t_dp)):
@@ -90,7 +89,7 @@ def test_guided_partners_are_each_device_s_nearest():
             others = np.delete(t[d], d)
             assert t[d, ids].max() <= np.sort(others)[7] + 1e-12
             assert np.all(np.diff(t[d, ids]) >= 0)  # nearest first: the kernel draws among the first
-    tiny = Ladder(random_model(rng, 2, 2), np.arange(4).reshape(2, 2), rng, chains=2)._near()
+    tiny = near_devices(random_model(rng, 2, 2))
     assert tiny.shape == (8, 8) and all(set(row.tolist()) <= set(range(4)) - {i % 4} for i, row in enumerate(tiny))
 
 
