@@ -36,6 +36,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("tempering.c", "matching.c", "path.c", "redeal.c"))
@@ -43,6 +44,7 @@ CFLAGS = ("-O3", "-shared", "-fPIC", "-std=c99", "-lm")
 BUILD_TIMEOUT_S = 60
 
 _loaded: dict[str, object] = {}
+_LOAD_LOCK = threading.Lock()
 
 
 def cache_dir() -> Path:
@@ -124,10 +126,15 @@ _SIGNATURES = {
 
 def _compiled(key: str):
     """The compiled function ``key`` of _SIGNATURES (the library is loaded once per
-    process), or None."""
+    process, under a lock: the solver's pool-start thread and the search's own thread may
+    both ask first; "why" is stored last, so a reader that sees it finds every key), or
+    None."""
     if "why" not in _loaded:
-        functions, _loaded["why"] = _load()
-        _loaded.update(functions or dict.fromkeys(_SIGNATURES))
+        with _LOAD_LOCK:
+            if "why" not in _loaded:
+                functions, why = _load()
+                _loaded.update(functions or dict.fromkeys(_SIGNATURES))
+                _loaded["why"] = why
     return _loaded[key]
 
 

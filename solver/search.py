@@ -89,6 +89,10 @@ MIN_ROUND_S = 0.5
 START_SHARE = 0.1
 #: Most swaps the best start's descent scores past a time limit (first_descent_swaps).
 FIRST_DESCENT_MOST = 200_000
+#: Under a time limit, worker processes past the first two start only in this share of
+#: it (``--workers 4 --time-limit 1`` at 192 GPUs on 2 cores: the fourth was up at 1.04
+#: s, and no round ran).
+POOL_START_SHARE = 0.5
 #: The rounds' budget under a time limit without ``budget``: none (reported as no budget).
 UNLIMITED_BUDGET = 1 << 62
 
@@ -172,8 +176,13 @@ def rounds_budget(n: int, workers: int) -> int:
     MAX_DEFAULT_ROUNDS rounds of every worker's tempering walk (``temper_walk(N)``:
     1500 sweeps of N^2, at most 20 million swaps, about 3 s each with the compiled kernel),
     2 rounds above 512 devices."""
-    rounds = MAX_DEFAULT_ROUNDS if n <= 512 else 2
-    return rounds * temper_walk(n) * workers
+    return default_rounds(n) * temper_walk(n) * workers
+
+
+def default_rounds(n: int) -> int:
+    """Rounds' worth of tempering swaps the default rule buys: MAX_DEFAULT_ROUNDS, 2 above
+    512 devices (exploring walks score few swaps, so such a run may take more rounds)."""
+    return MAX_DEFAULT_ROUNDS if n <= 512 else 2
 
 
 def _orders(model: CostModel, extra: Sequence[Sequence[int]] | None) -> list[tuple[str, np.ndarray]]:
@@ -246,12 +255,17 @@ class _Run:
         self.phase, self.restart = "seeds", 0
         self.other_start: tuple[np.ndarray, float] | None = None  #: see _firsts
         self._last_report = -1.0
+        self.default_rule = False  #: no budget and no time limit given (solve sets it)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
 
     def note(self, score: float, worker: int | None = None) -> None:
-        """Record a new best Comm in the trace and tell the callback."""
+        """Record a new best Comm in the trace and tell the callback; under a time limit
+        a Comm at the bound ends the search there (without one, only at a round's end,
+        where ``offer`` takes the round's best: the output stays a function of the seed)."""
+        if self.deadline is not None and self.bound is not None and self._reaches_bound(score):
+            self.status = OPTIMAL if self.status not in (CANCELLED, OPTIMAL) else self.status
         if not self.history or score < self.history[-1][1] - 1e-12 * max(1.0, abs(score)):
             self.history.append((self.elapsed(), float(score)))
             self.report(force=True, fun=score, worker=worker)
@@ -276,8 +290,11 @@ class _Run:
         except StopIteration:
             self.status = CANCELLED
 
+    def _reaches_bound(self, score: float) -> bool:
+        return self.bound is not None and score <= self.bound * (1 + 1e-9) + 1e-12
+
     def at_bound(self) -> bool:
-        return self.bound is not None and self.best_score <= self.bound * (1 + 1e-9) + 1e-12
+        return self._reaches_bound(self.best_score)
 
     def should_stop(self, *, clock: bool = True, swaps: float | None = None) -> bool:
         """Whether to stop: cancelled, optimal, the bound reached, the run's budget used,
@@ -453,9 +470,12 @@ def _rounds_phase(run: _Run, model: CostModel, pool: WorkerPool, plan: Rounds) -
 
     firsts = _firsts(run, pool.workers)
 
-    def counted(nfev: int, nit: int) -> None:  # after each round: progress shows the work live
+    def counted(nfev: int, nit: int, out) -> None:  # after each round: progress shows it live
         run.nfev += nfev
         run.nit += nit
+        run.restart = out.rounds
+        if out.worker is not None:  # the round's best: a bound reached ends the search here
+            run.offer(out.grid, out.fun, out.strategy, out.worker)
 
     out = pool.run(run.best, run.best_score, plan, run.should_stop,
                    lambda fun, worker, clock: run.note(fun, worker), firsts=firsts, on_round=counted)
@@ -464,8 +484,12 @@ def _rounds_phase(run: _Run, model: CostModel, pool: WorkerPool, plan: Rounds) -
         run.offer(out.grid, out.fun, out.strategy, out.worker)
     if run.status == CONVERGED and plan.deadline is None and out.nfev >= plan.budget:
         run.status = BUDGET
+    if run.status == CONVERGED and plan.deadline is not None and time.monotonic() >= plan.deadline:
+        run.status = TIME_LIMIT  # the rounds' own deadline test ended them
     if run.at_bound() and run.status != CANCELLED:
         run.status = OPTIMAL
+    elif run.status == OPTIMAL:  # a walk's best reached the bound, and its walk was lost
+        run.status = TIME_LIMIT if plan.deadline is not None else CONVERGED
     return out.errors
 
 
@@ -502,6 +526,7 @@ def solve(
     workers = available_cores() if workers is None else int(workers)
     run = _Run(model, default_budget(model.n) if budget is None else int(budget), time_limit,
                callback, lower_bound)
+    run.default_rule = budget is None and time_limit is None
     rng = np.random.default_rng(seed)
     # the block tables get the starts' share of a time limit (at 512 devices and 16 stages
     # about 0.2 s an order); without one they are whole, so the result stays reproducible
@@ -517,13 +542,19 @@ def solve(
     if exact_grid is not None:
         run.offer(exact_grid, model.score_grid(exact_grid).comm, "enumeration")
         run.status = OPTIMAL
+        workers = 1  # no worker process ran
     else:
         anytime = restarts > 0 or time_limit is not None
-        pool = WorkerPool(model, workers if anytime else 1)
-        # processes start (forkserver, imports) while this one descends the starts
+        workers = workers if anytime else 1  # the starts alone: this process
+        pool = WorkerPool(model, workers)
+        # processes start (forkserver, imports) while this one descends the starts; past
+        # the first two, only in the first POOL_START_SHARE of a time limit, so that the
+        # rounds get the rest
         abandon = threading.Event()  # set: start no more worker processes
-        starter = threading.Thread(target=pool.start, kwargs=dict(deadline=run.deadline, abandon=abandon.is_set),
-                                   name="solver-pool-start", daemon=True)
+        start_until = None if time_limit is None else time.monotonic() + POOL_START_SHARE * time_limit
+        starter = threading.Thread(target=pool.start, name="solver-pool-start", daemon=True,
+                                   kwargs=dict(deadline=start_until, abandon=abandon.is_set,
+                                               what=f"{POOL_START_SHARE:.0%} of the time limit had passed"))
         starter.start()
         try:
             try:
@@ -546,6 +577,8 @@ def solve(
                 errors = _rounds_phase(run, model, pool, plan) or list(pool.errors)  # a failed start too
                 if notes and pool.notes:
                     notes[-1] += "; the search used those" if run.restart else "; too late for any round"
+                elif not run.restart and run.status == TIME_LIMIT:
+                    notes.append("the time limit came before any anytime round")
         finally:
             abandon.set()
             starter.join()
@@ -560,6 +593,10 @@ def _result(run: _Run, model: CostModel, seed: int, restarts: int, workers: int,
     if run.status != CANCELLED:  # a cancelling callback is not called again
         run.report(force=True)
     message = _MESSAGES[run.status].format(patience=restarts)
+    if run.status == BUDGET and run.default_rule:  # the default rule's swaps, not a --budget
+        rounds = default_rounds(model.n)
+        walks = f"{rounds} round{'s' * (rounds != 1)} of tempering walks per worker"
+        message = f"default work used up (the swaps of {walks}; --time-limit or --budget searches longer)"
     if run.status == CONVERGED and run.restart == 0 and restarts == 0:
         message = "search converged: topology starts descended (no anytime rounds asked for)"
     if run.status == OPTIMAL and run.best_start != "enumeration":
@@ -570,10 +607,16 @@ def _result(run: _Run, model: CostModel, seed: int, restarts: int, workers: int,
         message += f"; {note}"
     if run.restart and native.kernel() is None:
         message += f"; tempering stepped in numpy, about 20x slower ({native.why_not()})"
+    # a walk's improvement whose walk was then lost (a worker killed or dead) is not in
+    # the result: the trace lists what it returns
+    tol = 1e-9 * max(1.0, score.comm)
+    history = [(t, v) for t, v in run.history if v >= score.comm - tol]
+    if not history or history[-1][1] > score.comm + tol:
+        history.append((run.elapsed(), float(score.comm)))
     return PlacementResult(
         x=rank_map_from_grid(run.best), fun=score.comm, score=score, status=run.status,
         message=message, nit=run.nit, nfev=run.nfev, elapsed_s=run.elapsed(), seed=seed,
         budget=run.budget, restarts=restarts, start=run.best_start, exact_path=run.exact_path,
-        history=run.history, optimal=run.status == OPTIMAL, workers=workers,
+        history=history, optimal=run.status == OPTIMAL, workers=workers,
         worker=run.best_worker, rounds=run.restart, worker_errors=errors,
     )

@@ -272,7 +272,8 @@ class WorkerPool:
         self.stop_event = None
         self.memory: dict = {}  # the in-process walks' memory (workers == 1)
 
-    def start(self, deadline: float | None = None, abandon: Callable[[], bool] = lambda: False) -> None:
+    def start(self, deadline: float | None = None, abandon: Callable[[], bool] = lambda: False,
+              what: str = "the time limit") -> None:
         """Start the worker processes (none for one worker); may run in a helper thread.
 
         If processes cannot be started, the walks run in this process and ``errors``
@@ -282,15 +283,24 @@ class WorkerPool:
         cores: 18 s) would otherwise overrun a time limit, and a cancel would wait for
         them all; the rounds then use those started, and ``notes`` says how many.
         Without a deadline and a cancel every worker starts (the output depends on the
-        worker count)."""
+        worker count). A start that fails (any error: out of file descriptors, a model
+        that cannot be sent, a start server gone) after two or more workers started
+        keeps those, and ``errors`` says so; before that the walks run in this process."""
         try:
-            self._start(deadline, abandon)
-        except (OSError, RuntimeError, ValueError) as exc:
+            self._start(deadline, abandon, what)
+        except Exception as exc:  # noqa: BLE001 -- whatever it was, the search goes on
+            started = len(self.procs)
+            if started >= 2:
+                self.errors.append(f"worker {started} could not start ({exc or type(exc).__name__}); "
+                                   f"the search went on with {started}")
+                self.workers, self.live = started, list(range(started))
+                return
             self.close()
-            self.errors.append(f"worker processes could not start ({exc}); searched in-process")
+            self.errors.append(f"worker processes could not start ({exc or type(exc).__name__}); "
+                               "searched in-process")
             self.workers = 1
 
-    def _start(self, deadline: float | None, abandon: Callable[[], bool]) -> None:
+    def _start(self, deadline: float | None, abandon: Callable[[], bool], what: str) -> None:
         no_kernel = None if native.kernel() is not None else native.why_not()  # built once, here
         if self.workers > 1:
             ctx = _context()
@@ -298,7 +308,7 @@ class WorkerPool:
             self.stop_event = ctx.Event()
             for w in range(self.workers):
                 late = deadline is not None and time.monotonic() >= deadline
-                why = "the time limit" if late else "the stop" if abandon() else None
+                why = what if late else "the stop" if abandon() else None
                 if w >= 2 and why is not None:
                     self.notes.append(f"{w} of {self.workers} worker processes started before {why}")
                     self.workers = w
@@ -368,21 +378,23 @@ class WorkerPool:
     def run(self, grid: np.ndarray, fun: float, plan: Rounds, stop: Callable[[], bool],
             on_best: Callable[[float, int, float], None],
             firsts: Sequence[tuple[np.ndarray, float]] = (),
-            on_round: Callable[[int, int], None] = lambda nfev, nit: None) -> Outcome:
+            on_round: Callable[[int, int, Outcome], None] = lambda nfev, nit, out: None) -> Outcome:
         """Rounds from ``grid`` until the plan's stop rule, the deadline or ``stop()``.
 
         ``on_best(comm, worker, clock)`` is called as walks improve on their start;
-        ``on_round(nfev, nit)`` after each round with its work (swaps scored, moves).
+        ``on_round(nfev, nit, out)`` after each round with its work (swaps scored, moves)
+        and the outcome so far (its best, rounds run).
         ``firsts[w]``: worker ``w``'s grid and Comm in the first round (default: ``grid``).
+        Once every worker process is lost, the rounds go on in this process.
         """
         out = Outcome(grid.copy(), float(fun))
         stall = 0
-        while not stop() and (self.workers == 1 or self.live):
+        while not stop():
             if plan.deadline is not None and time.monotonic() >= plan.deadline:
                 break
             if plan.deadline is None and (stall >= plan.patience or out.nfev >= plan.budget):
                 break
-            runner = self._round_inline if self.workers == 1 else self._round_processes
+            runner = self._round_inline if self.workers == 1 or not self.live else self._round_processes
             own = {w: g for w, g in enumerate(firsts)} if out.rounds == 0 else {}
             results = runner(out.rounds, out.grid, out.fun, plan, stop, on_best, own)
             out.rounds += 1
@@ -390,13 +402,13 @@ class WorkerPool:
             round_nfev, round_nit = sum(r.nfev for r in results.values()), sum(r.nit for r in results.values())
             out.nfev += round_nfev
             out.nit += round_nit
-            on_round(round_nfev, round_nit)
             for w in sorted(results):
                 r = results[w]
                 if r.fun < out.fun - 1e-12 * max(1.0, out.fun):
                     out.grid, out.fun, out.strategy, out.worker = r.grid, r.fun, r.strategy, w
                     improved = True
             stall = 0 if improved else stall + 1
+            on_round(round_nfev, round_nit, out)
         out.errors = list(self.errors)
         return out
 
