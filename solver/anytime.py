@@ -466,7 +466,7 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
             memory["reseeded"], memory["reseeds"] = grid.tobytes(), memory.get("reseeds", 0) + 1
             stream = [*seed_words(seed), memory["reseeds"]]
         ladder = memory["ladder"] = Ladder(model, grid, np.random.default_rng(stream))
-    elif fun < ladder.best - 1e-12 * max(1.0, fun):
+    elif fun < ladder.best - 1e-12 * abs(fun):
         ladder.inject(grid, fun)
     best_grid, best = grid.copy(), fun
     pt = ("parallel tempering (own lineage)" if lineage else
@@ -474,7 +474,7 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
 
     def improved(value: float, how: str, g: np.ndarray) -> None:
         nonlocal best, best_grid, strategy
-        if value < best - 1e-12 * max(1.0, best):
+        if value < best - 1e-12 * abs(best):
             best, best_grid = value, g.copy()
             strategy = f"{strategy_prefix}{how}"
             trace.append((clock(), best))
@@ -482,7 +482,7 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
 
     steps = max(MIN_TEMPER_STEPS, (effort.budget - effort.nfev) // ladder.k)
     done = ladder.run(steps, stop=effort.should_stop,
-                      on_best=lambda f: on_best(f) if f < best - 1e-12 * max(1.0, best) else None)
+                      on_best=lambda f: on_best(f) if f < best - 1e-12 * abs(best) else None)
     effort.nfev += done * ladder.k
     improved(ladder.best, pt, ladder.best_grid)
     if cancel():  # cancelled, or the time limit is reached: hand back what the ladder has
@@ -498,7 +498,7 @@ def temper(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effort
     state = descend(model, ladder.best_grid, rng, descent)
     effort.nfev += descent.nfev
     effort.nit += descent.nit
-    if state.score < ladder.best - 1e-12 * max(1.0, ladder.best):
+    if state.score < ladder.best - 1e-12 * abs(ladder.best):
         ladder.inject(state.grid, state.score)
         improved(state.score, f"{pt}, then descent", state.grid)
     if model.n <= DESCENT_FULL_N and not cancel():
@@ -711,7 +711,7 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
                                          stop=cancel, split_labels=memory["fine"])
         effort.nfev += nfev
         tried += 1
-        if comm < best - 1e-12 * max(1.0, best):
+        if comm < best - 1e-12 * abs(best):
             strategy = f"{strategy_prefix}{cand.kind}, then segment rebalance"
             best, best_grid, failed, passes = comm, g, set(), 0
             trace.append((clock(), best))

@@ -32,6 +32,8 @@ from solver.joint_bound import joint_bound
 from solver.spanning import spanning_tree
 
 SEPARATE = "separate: DataP and Pipeline bounded apart"
+#: Relative difference below which the bound meets Comm (``Bound.gap``, ``Bound.above``).
+ROUNDING = 1e-12
 #: Seconds the joint bound may take when the caller gives no budget.
 DEFAULT_BOUND_BUDGET_S = 0.5
 
@@ -48,13 +50,17 @@ class Bound:
 
     def gap(self, comm: float) -> float:
         """``(Comm - bound) / Comm``: the optimum lies at most this fraction below Comm
-        (0, not -1e-16, where the bound meets Comm up to rounding)."""
-        return max(0.0, (comm - self.value) / comm) if comm > 0 else 0.0
+        (0, not -1e-16, where the bound meets Comm up to rounding: ROUNDING)."""
+        g = (comm - self.value) / comm if comm > 0 else 0.0
+        return g if g > ROUNDING else 0.0
 
     def above(self, comm: float) -> float:
         """``Comm / bound - 1``: Comm is at most this fraction above the optimum (0 where
-        the bound meets Comm up to rounding)."""
-        return max(0.0, comm / self.value - 1.0) if self.value > 0 else float("inf")
+        the bound meets Comm up to rounding, as ``gap``: not 2.2e-16 beside a gap of 0)."""
+        if self.value <= 0:
+            return float("inf")
+        a = comm / self.value - 1.0
+        return a if a > ROUNDING else 0.0
 
 
 def bound_budget_s(time_limit: float | None) -> float:

@@ -64,7 +64,7 @@ def polish(model, grid: np.ndarray, effort: Effort) -> np.ndarray:
 
 
 def _better(a: float, b: float) -> bool:
-    return a < b - 1e-12 * max(1.0, abs(b))
+    return a < b - 1e-12 * abs(b)
 
 
 def descend(model, grid: np.ndarray, rng: np.random.Generator, effort: Effort,

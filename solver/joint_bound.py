@@ -288,20 +288,30 @@ def _pair_floor(t_pp: np.ndarray, labels: np.ndarray, m: int) -> np.ndarray:
     return out
 
 
+#: Most components whose row subsets ``_EdgeFloor`` tests all (2^m of them).
+HALL_EXACT_MAX = 16
+
+
 class _EdgeFloor:
     """``B(v, v')``: least bottleneck over transport plans between two component vectors.
 
     An edge between stage groups with vectors v and v' matches v_c devices of component c
     to devices of v', so it costs at least the least threshold theta at which a plan
     using only pairs with ``C[c, c'] <= theta`` exists. Feasibility by Hall's condition
-    over the 2^m row subsets: ``sum_{c in S} v_c <= sum_{c' in N(S)} v'_c'``."""
+    over the 2^m row subsets: ``sum_{c in S} v_c <= sum_{c' in N(S)} v'_c'``. Above
+    HALL_EXACT_MAX components only the single rows and the whole set are tested: fewer
+    conditions hold at a threshold no higher, so the floor stays valid (32 components,
+    each a device whose links all tie, built 2^32 subsets: 32 GiB asked for)."""
 
     def __init__(self, floor: np.ndarray, vecs: np.ndarray, work: _Work) -> None:
         self.floor, self.vecs, self.work = floor, vecs, work
         m = floor.shape[0]
-        self.cost = 4 + (1 << m) * m // 32  # in search nodes, for the work budget
         self.levels = np.unique(floor[np.isfinite(floor)])
-        self.subsets = ((np.arange(1, 1 << m)[:, None] >> np.arange(m)) & 1).astype(bool)
+        if m <= HALL_EXACT_MAX:
+            self.subsets = ((np.arange(1, 1 << m)[:, None] >> np.arange(m)) & 1).astype(bool)
+        else:
+            self.subsets = np.vstack([np.eye(m, dtype=bool), np.ones((1, m), dtype=bool)])
+        self.cost = 4 + len(self.subsets) * m // 32  # in search nodes, for the work budget
         self.cache: dict[tuple[int, int], float] = {}
 
     def __call__(self, i: int, j: int) -> float:

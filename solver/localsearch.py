@@ -223,7 +223,7 @@ def local_search(
             scores = state.swap_scores(a)
             evals += n - 1
             b = int(scores.argmin())
-            if scores[b] < current - tolerance * max(1.0, abs(current)):
+            if scores[b] < current - tolerance * abs(current):
                 state.swap(a, b)
                 moves += 1
                 improved = True

@@ -67,7 +67,7 @@ def partition_pass(model: CostModel, grid: np.ndarray, candidates: list[int],
     dps = np.array([s.max() for s in sums])
     pipe = float(edges.sum())
     current = float(dps.max()) + 2.0 * pipe
-    tolerance = 1e-12 * max(1.0, current)
+    tolerance = 1e-12 * abs(current)
     where = {int(d): (s, i) for s, g in enumerate(groups) for i, d in enumerate(g)}
     seen: set[int] = set()
     evals = 0

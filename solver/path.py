@@ -124,7 +124,7 @@ def _two_opt(c: np.ndarray, path: list[int]) -> list[int]:
             new = c[a, p[js]] + np.where(nxt >= 0, c[b, np.maximum(nxt, 0)], 0.0)
             gain = old - new
             j_best = int(gain.argmax())
-            if gain[j_best] > 1e-12 * max(1.0, old[j_best]):
+            if gain[j_best] > 1e-12 * abs(old[j_best]):
                 j = int(js[j_best])
                 p[i + 1 : j + 1] = p[i + 1 : j + 1][::-1].copy()
                 improved = True
@@ -169,7 +169,7 @@ def _or_opt(c: np.ndarray, path: list[int]) -> list[int]:
             added[1:k - 1] = c[rest[:-1], node] + c[node, rest[1:]] - c[rest[:-1], rest[1:]]
             length = base - saved + added
             pos = int(length.argmin())
-            if length[pos] < base - 1e-12 * max(1.0, base):
+            if length[pos] < base - 1e-12 * abs(base):
                 p = rest[:pos].tolist() + [node] + rest[pos:].tolist()
                 base = path_length(c, p)
                 improved = True

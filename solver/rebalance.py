@@ -410,7 +410,7 @@ def _splits(model, grid: np.ndarray, cols: list[np.ndarray], lab: np.ndarray, sc
             for k1 in range(1, b - a + 1):
                 for t in _split_runs(vec[a:b + 1], k1):
                     comm, new = scorer.redealt(a, b, lab, t)
-                    if comm < best - 1e-12 * max(1.0, best):
+                    if comm < best - 1e-12 * abs(best):
                         out.append((comm, len(out), new))
     return out
 
@@ -464,7 +464,7 @@ def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: floa
                         t = _gathered(vec[a:b + 1])
                         if (t != vec[a:b + 1]).any():
                             comm, new = scorer.redealt(a, b, lab, t)
-                            if comm < best - 1e-12 * max(1.0, best):
+                            if comm < best - 1e-12 * abs(best):
                                 gathered.append((comm, len(gathered), new))
                             elif follow and comm < best * (1.0 + FOLLOW_SLACK):
                                 near.append((comm, len(near), new))
@@ -479,7 +479,7 @@ def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: floa
             effort = Effort(int(sweeps * model.n * model.n), stop)
             state = descend(model, np.stack(new, axis=1), rng, effort)  # descend polishes first
             nfev += effort.nfev
-            if state.score < (better[1] if better else best) - 1e-12 * max(1.0, best):
+            if state.score < (better[1] if better else best) - 1e-12 * abs(best):
                 better = (state.grid.copy(), float(state.score))
         for _, _, new in sorted(near, key=first)[:FOLLOW_TRY]:  # gathered, then a fine move
             if stop():
@@ -491,7 +491,7 @@ def rebalance(model, grid: np.ndarray, level_labels: list[np.ndarray], fun: floa
             out = rebalance(model, cand, [split_labels], comm, rng, stop, sweeps, split_labels,
                             follow=False, moves=1) or (cand, comm, 0)
             nfev += out[2]
-            if out[1] < (better[1] if better else best) - 1e-12 * max(1.0, best):
+            if out[1] < (better[1] if better else best) - 1e-12 * abs(best):
                 better = (out[0].copy(), float(out[1]))
         if better is None:
             break

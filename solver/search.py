@@ -266,12 +266,12 @@ class _Run:
         where ``offer`` takes the round's best: the output stays a function of the seed)."""
         if self.deadline is not None and self.bound is not None and self._reaches_bound(score):
             self.status = OPTIMAL if self.status not in (CANCELLED, OPTIMAL) else self.status
-        if not self.history or score < self.history[-1][1] - 1e-12 * max(1.0, abs(score)):
+        if not self.history or score < self.history[-1][1] - 1e-12 * abs(score):
             self.history.append((self.elapsed(), float(score)))
             self.report(force=True, fun=score, worker=worker)
 
     def offer(self, grid: np.ndarray, score: float, start: str, worker: int | None = None) -> None:
-        if score < self.best_score - 1e-12 * max(1.0, abs(score)):
+        if score < self.best_score - 1e-12 * abs(score):
             self.best, self.best_score, self.best_start = grid.copy(), score, start
             self.best_worker = worker
             self.note(score, worker)
@@ -291,7 +291,9 @@ class _Run:
             self.status = CANCELLED
 
     def _reaches_bound(self, score: float) -> bool:
-        return self.bound is not None and score <= self.bound * (1 + 1e-9) + 1e-12
+        # relative alone: an absolute slack called any placement of a Comm under 1e-12 s
+        # optimal, whatever its gap (payloads scaled by 1e-14: a 52% gap, "optimal")
+        return self.bound is not None and score <= self.bound + 1e-9 * abs(self.bound)
 
     def at_bound(self) -> bool:
         return self._reaches_bound(self.best_score)
@@ -609,7 +611,7 @@ def _result(run: _Run, model: CostModel, seed: int, restarts: int, workers: int,
         message += f"; tempering stepped in numpy, about 20x slower ({native.why_not()})"
     # a walk's improvement whose walk was then lost (a worker killed or dead) is not in
     # the result: the trace lists what it returns
-    tol = 1e-9 * max(1.0, score.comm)
+    tol = 1e-9 * abs(score.comm)
     history = [(t, v) for t, v in run.history if v >= score.comm - tol]
     if not history or history[-1][1] > score.comm + tol:
         history.append((run.elapsed(), float(score.comm)))

@@ -191,7 +191,7 @@ static int accept(int p, double *ed, double *em, const int *touched, const doubl
 }
 
 static void keep_best(const int64_t *g, int n, double e, double *best, int64_t *best_grid) {
-    if (e < *best - 1e-12 * (*best > 1.0 ? *best : 1.0)) {
+    if (e < *best - 1e-12 * fabs(*best)) {
         *best = e;
         memcpy(best_grid, g, sizeof(int64_t) * n);
     }

@@ -271,7 +271,7 @@ class Ladder:
             done = self._run_numpy(steps, stop)
         self.steps += done
         self._resync()
-        if self.best < before - 1e-12 * max(1.0, before):
+        if self.best < before - 1e-12 * abs(before):
             on_best(self.best)
         return done
 
@@ -329,7 +329,7 @@ class Ladder:
                     return None
                 break
             done += now
-            if best.value < told - 1e-9 * max(1.0, told):  # the anytime trace, as it happens
+            if best.value < told - 1e-9 * abs(told):  # the anytime trace, as it happens
                 told = best.value
                 on_best(self._score(best_grid.reshape(r, p)))  # exact, not the running sums
             spent = time.perf_counter() - t0
@@ -395,7 +395,7 @@ class Ladder:
                         self.edges[cr, ec[cr, cs]] = links[cr, cs]
                         edge_sum[accept] += change[accept]
                     c = int(np.argmin(self.energy))
-                    if self.energy[c] < self.best - 1e-12 * max(1.0, self.best):
+                    if self.energy[c] < self.best - 1e-12 * abs(self.best):
                         self.best, self.best_grid = float(self.energy[c]), self.grids[c].copy()
                 done += 1
                 if (self.steps + done) % EXCHANGE_EVERY == 0:

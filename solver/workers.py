@@ -404,7 +404,7 @@ class WorkerPool:
             out.nit += round_nit
             for w in sorted(results):
                 r = results[w]
-                if r.fun < out.fun - 1e-12 * max(1.0, out.fun):
+                if r.fun < out.fun - 1e-12 * abs(out.fun):
                     out.grid, out.fun, out.strategy, out.worker = r.grid, r.fun, r.strategy, w
                     improved = True
             stall = 0 if improved else stall + 1

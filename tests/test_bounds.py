@@ -84,6 +84,9 @@ def test_gap_is_never_negative_where_the_bound_meets_comm_up_to_rounding():
 
     bound = Bound(value=10.028028009, data_p=0.0, pipeline=10.028028009)
     assert bound.gap(10.028028008999998) == 0.0 and bound.above(10.028028008999998) == 0.0
+    comm = float(np.nextafter(10.028028009, 11.0))  # 1 ulp above: the gap 0, and 'above' 0 too, not 2.2e-16
+    assert bound.gap(comm) == 0.0 and bound.above(comm) == 0.0
+    assert bound.gap(10.1) > 0 and bound.above(10.1) > 0
 
 
 def test_free_links_add_nothing_to_the_pipeline_bound():
@@ -264,3 +267,24 @@ def test_least_run_datap_by_bisection_equals_the_scan_over_levels():
             scan = next((float(d) for d in np.unique(values)
                          if jb._Decompositions(vecs, values <= d, jb._Work(100.0)).feasible(z.copy(), 3, q)), np.inf)
             assert jb._dmin(values, vecs, z, 3, q, jb._Work(100.0)) == scan
+
+
+@pytest.mark.parametrize("n, d_pp", [(32, 16), (64, 32)])
+def test_many_tied_components_keep_the_joint_bound_small_and_valid(n, d_pp):
+    """Two zones of single-GPU hosts whose links inside a zone all tie: at the cheapest
+    link's threshold every device is a component of its own, and the edge floor built all
+    2^N row subsets (32 devices: 32 GiB asked for, a traceback). Above HALL_EXACT_MAX
+    components it tests the single rows and the whole set: a floor no higher, still a
+    valid bound, within its budget."""
+    import solver.joint_bound as jb
+    from solver.workload import Workload
+
+    zone = np.repeat([0, 1], n // 2)
+    t = np.where(zone[:, None] == zone[None, :], 1.0, 3.0)
+    np.fill_diagonal(t, 0.0)
+    model = CostModel(t, t, Workload(d_pp, n // d_pp, 1.0, 1.0))
+    assert n > jb.HALL_EXACT_MAX
+    bound = lower_bound(model, 0.2)
+    grid = np.arange(n).reshape(n // d_pp, d_pp)  # each pipeline inside one zone
+    assert bound.value <= model.score_grid(grid).comm + 1e-9
+    assert bound.value > separate_bound(model).value  # the joint bound still applies
