@@ -25,6 +25,8 @@ MAX_RANKS = 1_000_000
 
 def rank_map_text(value: str) -> tuple[str, str]:
     """``(text, source)`` of a rank map value: the value itself, or the file it names."""
+    if not value.strip():  # Path("") is ".": "is a directory" named a path never given
+        raise InputError("--rank-map: empty; give rank_map=(...), '0,1,..' or a file")
     # inline: digits and commas, a rank_map=(...), a JSON list, or something list-like that
     # is not a file (-1,0,1 / 0,1.5): the parser names what is wrong with it
     listlike = "," in value and _LISTLIKE.fullmatch(value) and not Path(value).exists()

@@ -7,7 +7,8 @@ Reading (:func:`read_text`, :func:`parse_json`, :func:`load_json`):
   ``fstat`` close the race of a file swapped in between;
 - a size cap per kind of file, UTF-8 text with the offending byte offset named;
 - JSON with a nesting-depth cap, no NaN/Infinity, integers of at most ``MAX_INT_DIGITS``
-  digits and finite floats, each refused with the JSON path when known.
+  digits and finite floats, no key twice in one object, each refused with the JSON path
+  when known.
 
 Writing (:func:`write_text`, :func:`append_line`, :func:`locked_update`):
 
@@ -132,6 +133,17 @@ class _NumberError(ValueError):
     pass
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object, refused when a key comes twice (json keeps the last silently: a
+    fabric with ``alpha_ms`` twice was solved on its second matrix)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise _NumberError(f"key {dup[:40]!r} appears twice in one object")
+    return out
+
+
 def json_depth(doc: Any) -> int:
     """Nesting depth of arrays/objects (1 for ``[1, 2]``), without recursion.
 
@@ -162,7 +174,7 @@ def parse_json(text: str, source: str, *, error: type[Exception] = FileError) ->
     """Parse JSON text with the caps of the module text; ``error`` names ``source``."""
     try:
         doc = json.loads(text, parse_int=_parse_int, parse_float=_parse_float,
-                         parse_constant=_parse_constant)
+                         parse_constant=_parse_constant, object_pairs_hook=_unique_keys)
     except _NumberError as exc:
         raise error(f"{source}: invalid JSON: {exc}") from None
     except json.JSONDecodeError as exc:

@@ -354,3 +354,29 @@ def test_score_takes_the_shape_of_a_solve_document(ww_path, tmp_path):
     checked = run("validate", "--matrix", ww_path, "-i", tmp_path / "none.toml", "--c-pp", "0.512",
                   "--c-dp", "0.65", "-r", saved, "--pp", "8")
     assert checked.exit_code == 2 and "was solved for D_PP 4 x D_DP 16" in checked.output, checked.output
+
+
+@pytest.mark.parametrize("flag", ["--time-limit", "--c-pp"])
+@pytest.mark.parametrize("value", ["nan", "-NaN"])
+def test_a_nan_number_flag_is_named_as_not_a_number(ww_path, flag, value):
+    """NaN failed the range check, worded "should be less than or equal to 10000000"."""
+    args = {"--time-limit": WW + ["--time-limit", value], "--c-pp": ["--pp", "8", "--dp", "8", "--c-pp", value,
+                                                                    "--c-dp", "0.65"]}[flag]
+    line = one_line_error(run("solve", "--matrix", ww_path, *args))
+    assert f"Invalid value for '{flag}': '{value}' is not a number" in line
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_rank_map_says_so(ww_path, value):
+    """-r "" read the path '.' and said ".: is a directory"."""
+    line = one_line_error(run("score", "--matrix", ww_path, *WW, "--rank-map", value))
+    assert line == "error: --rank-map: empty; give rank_map=(...), '0,1,..' or a file"
+
+
+def test_a_fabric_key_given_twice_is_refused(tmp_path):
+    """json keeps the last of two equal keys: the fabric was solved on its second matrix."""
+    path = tmp_path / "twice.json"
+    path.write_text('{"labels": ["a", "b"], "alpha_ms": [[null, 1], [1, null]], '
+                    '"alpha_ms": [[null, 5], [5, null]], "beta_gbps": [[null, 1], [1, null]]}')
+    line = one_line_error(run("solve", "--matrix", path, "--c-pp", "1", "--c-dp", "1"))
+    assert line == f"error: {path}: invalid JSON: key 'alpha_ms' appears twice in one object"

@@ -7,6 +7,7 @@ inside the command functions.
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Optional
@@ -20,9 +21,23 @@ from geoconsole.cli.options import path_option
 
 
 def _one_line_usage_error(self: click_exceptions.UsageError, file=None) -> None:
-    """Bad flags get one line, like every other input error (click prints three)."""
+    """Bad flags get one line, like every other input error (click prints three). A
+    number flag given NaN says so (the range check said "should be <= 10000000")."""
     where = self.ctx.command_path if self.ctx is not None else "geoconsole"
     message = " ".join(self.format_message().split())
+    param, errors = getattr(self, "param", None), getattr(self.__cause__, "errors", None)
+    if getattr(param, "opts", None) and callable(errors):  # typer's validation of the value
+        try:
+            given = [e.get("input") for e in errors()]
+        except Exception:  # noqa: BLE001 -- only the wording is at stake
+            given = []
+        for raw in given:
+            try:
+                nan = math.isnan(float(raw))
+            except (TypeError, ValueError):
+                continue
+            if nan:
+                message = f"Invalid value for '{param.opts[0]}': {str(raw)!r} is not a number"
     print(f"error: {where}: {message} (see --help)", file=sys.stderr)
 
 

@@ -32,10 +32,12 @@ INVENTORY_REQUIRED = path_option(..., "--inventory", "-i",
                                   help="Fleet inventory (TOML or hostfile 'host slots=N'): addresses, users, keys, python.")
 RANK_MAP = typer.Option(..., "--rank-map", "-r",
                         help="rank_map=(...) / '0,1,..' / a file holding either (or solve --json output).")
-PP = typer.Option(None, "--pp", min=1, help="Pipeline stages D_PP (default: devices / D_DP, or 8).")
+PP = typer.Option(None, "--pp", min=1, help="Pipeline stages D_PP (default: devices / D_DP; with no --dp "
+                                             "either, 8 when it divides the devices, else all of them).")
 DP = typer.Option(None, "--dp", min=1, help="Data-parallel replicas D_DP (default: devices / D_PP).")
 PP_OF_MAP = typer.Option(None, "--pp", min=1, help="Pipeline stages D_PP (default: the solve --json rank map's; "
-                                                   "else devices / D_DP, or 8).")
+                                                   "else devices / D_DP; with no --dp either, 8 when it divides "
+                                                   "the devices, else all of them).")
 DP_OF_MAP = typer.Option(None, "--dp", min=1, help="Data-parallel replicas D_DP (default: the solve --json rank "
                                                    "map's; else devices / D_PP).")
 C_PP = typer.Option(..., "--c-pp", min=0.0, help="Activation payload per stage boundary, decimal GB.")
