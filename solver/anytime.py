@@ -204,6 +204,19 @@ s (4 -> 3 seeds in the upper one). The default stop rule gave the same answers (
 draws 0, 1 and 4, 12 x 8 of draw 4): its walks try as many candidates as their budget
 buys (EXPLORE_PAIR_SWAPS), and the search stopped before any list ran out.
 
+Cut candidates (RETRY_CUT): a redeal whose descent or rebalancing saw the walk's clock end
+(``cancel``: the round's end plus its grace) was not judged; it does not count as failed,
+and the next exploring walk on that key tries it first, with a whole round before it; cut
+short again, it fails. At ``--time-limit 10`` (2 workers) on the 64-GPU 16 x 4 draw-5
+suite instance 7 of 9 redeals tried in two runs were cut short this way (a candidate
+takes about 1.1 s there, a round as long), and counted as failed; 2 of 15 on 12 x 8
+draw 9, 2 of 25 on 10 x 8 draw 3, 1 of 11 on 8 x 24 draw 1. Measured in one session at
+``--time-limit 10``, 2 workers, mean Comm without -> with: 10 x 8 draw 3 seeds 0-4
+40.40 -> 39.88 s (a seed at 42.44 s before, none above 39.93 s after); 16 x 4 draw 5
+seeds 0-14 47.20 -> 47.12 s; 8 x 24 draw 1 seeds 0-14 42.22 -> 42.03 s (41.79 -> 43.53
+s on seeds 0-4, 42.43 -> 41.28 s on seeds 5-14: its basins split the seeds either way);
+within 0.1% either way: 16 x 4 draws 0 and 1, 12 x 8 draw 9.
+
 Origin ladders (REORIGIN, ``origin_ladder``): a tempering worker that is not a lineage's,
 handed the same elite again after the walk of the ladder it reseeded there (RESEED),
 starts a ladder at a topology start as laid out (solver.search hands them over, lowest
@@ -349,6 +362,10 @@ FRESH_STREAM = 2**31
 #: GPUs), 1.2 s at 8 (192 GPUs), 1.6-1.8 s at 10-12, 3.9 s at 16; 0.05-0.18 million
 #: proposals per D_PP^2. Under a time limit the clock decides.
 EXPLORE_PAIR_SWAPS = 100_000
+#: Whether a candidate whose redeal the walk's clock cut short (``cancel``) is tried
+#: first in the next exploring walk on that key instead of counting as failed; cut
+#: short a second time, it fails (module text, "Cut candidates").
+RETRY_CUT = True
 #: Passes an exploring walk makes over one key's candidate list (``explore``) before it
 #: marks the key explored: a list whose every candidate failed is tried again, the
 #: redeals' descents drawing other sweep orders (module text, "Passes").
@@ -692,6 +709,11 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
                       if parts[1] else [])
 
     cands = listed(best_grid, skip)
+    # the candidate the clock cut short in the last walk on this key goes first (RETRY_CUT)
+    cut, memory["cut"] = memory.get("cut"), None
+    retry = cut[1] if RETRY_CUT and cut is not None and cut[0] == key else None
+    if retry is not None:
+        cands.sort(key=lambda c: exclusion.identity(c) != retry)  # stable: the rest keep their order
     # without a clock, a walk tries as many as its budget buys at EXPLORE_PAIR_SWAPS each
     most = max(1, (effort.budget - effort.nfev) // (EXPLORE_PAIR_SWAPS * grid.shape[1] ** 2))
     while tried < most and not effort.should_stop():
@@ -707,21 +729,33 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
             if parts[1]:
                 memory["kicked"] = (done, kicks)
             break
+        cut_short = []  # set when the redeal's descent or rebalancing saw the clock end
+
+        def watched() -> bool:
+            if cancel():
+                cut_short.append(True)
+                return True
+            return False
+
         g, comm, nfev = exclusion.redeal(model, best_grid, cand, memory["levels"], rng,
-                                         stop=cancel, split_labels=memory["fine"])
+                                         stop=watched, split_labels=memory["fine"])
         effort.nfev += nfev
         tried += 1
+        ident = exclusion.identity(cand)
         if comm < best - 1e-12 * abs(best):
             strategy = f"{strategy_prefix}{cand.kind}, then segment rebalance"
-            best, best_grid, failed, passes = comm, g, set(), 0
+            best, best_grid, failed, passes, retry = comm, g, set(), 0, None
             trace.append((clock(), best))
             on_best(best)
             parts, skip = (bound, kick), 0  # a new grid: both parts the elite had listed
             if effort.should_stop():
                 break
             cands = listed(best_grid)
-        else:
-            failed.add(exclusion.identity(cand))
+        elif RETRY_CUT and cut_short and ident != retry:  # cut short, not judged: first next walk
+            memory["cut"] = (explore_key(best_grid, memory), ident)
+            break
+        else:  # failed (or cut short a second time)
+            failed.add(ident)
     memory["exploring"] = (explore_key(best_grid, memory), parts, frozenset(failed), skip, passes)
     if tried == 0:
         return None

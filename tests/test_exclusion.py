@@ -827,6 +827,53 @@ def test_a_list_whose_every_candidate_failed_is_tried_again_up_to_explore_passes
     assert out.fun == fun and len(calls) == 3  # one pass: every candidate failed once
 
 
+@pytest.mark.parametrize("retry", [True, False])
+def test_a_candidate_the_clock_cut_short_goes_first_in_the_next_walk_and_fails_when_cut_again(monkeypatch, retry):
+    """RETRY_CUT: a redeal whose descent or rebalancing saw the walk's clock end was not
+    judged, so it does not count as failed: the next walk on that key tries it first; cut
+    short again, it fails, and the walk after that goes on down the list. Without the
+    option (the earlier behaviour) the cut candidate counts as failed at once."""
+    monkeypatch.setattr(anytime, "RETRY_CUT", retry)
+    monkeypatch.setattr(anytime, "EXPLORE_PASSES", 1)
+    model = _two_regions_datap_light()
+    grid = np.arange(16).reshape(4, 4)
+    fun = model.score_grid(grid).comm
+    labels = np.zeros(16, dtype=np.int64)
+    deals = _deals(grid, 3)
+    monkeypatch.setattr(exclusion, "candidates", lambda *a, **k: [
+        exclusion.Candidate("packing", labels, None, d) for d in deals])
+    monkeypatch.setattr(exclusion, "kicks", lambda *a, **k: [])
+    late, cut_at, tried = [False], [], []
+
+    def redeal(model, g, cand, *a, stop=lambda: False, **k):
+        tried.append(next(i for i, d in enumerate(deals) if np.array_equal(d, cand.dealt)))
+        if len(tried) in cut_at:  # the walk's clock ends during this redeal
+            late[0] = True
+            assert stop()
+        return g, fun + 1.0, 10
+
+    monkeypatch.setattr(exclusion, "redeal", redeal)
+    memory = {}
+
+    def walk(cut: int | None):
+        late[0] = False
+        cut_at[:] = [] if cut is None else [cut]
+        return explore(model, grid, fun, np.random.default_rng(0), Effort(10 ** 12, lambda: late[0]),
+                       memory, clock=time.monotonic, cancel=lambda: late[0], share=0.0)
+
+    assert walk(cut=2).fun == fun and tried == [0, 1]  # the first failed, the second cut short
+    failed = memory["exploring"][2]
+    assert len(failed) == (1 if retry else 2)
+    assert walk(cut=3).fun == fun
+    if not retry:  # the cut one counted as failed: on down the list
+        assert tried == [0, 1, 2]
+        return
+    assert tried == [0, 1, 1] and memory["cut"] is None  # first again, cut short again: failed
+    assert len(memory["exploring"][2]) == 2
+    walk(cut=None)
+    assert tried == [0, 1, 1, 2] and memory["done"] == grid.tobytes()  # on down the list, then done
+
+
 @pytest.mark.slow
 def test_a_later_pass_leaves_a_recorded_layout_whose_every_redeal_failed_once(monkeypatch):
     """The recorded 10 s layout of the draw-2 4 x 12 suite instance (34.58 s), where
