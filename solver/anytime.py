@@ -673,7 +673,9 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
     grid, which under the coarse key may rank other kicks first than the grid they
     failed on; "exploring" the key, parts, failed candidates' identities, skipped kicks
     and passes completed before the current one, of the list the last walk stopped in;
-    a list of other parts or skipped kicks starts at its first pass).
+    a list of other parts or skipped kicks starts at its first pass; "cut" the key and
+    identity of a candidate whose redeal the clock cut short, kept until the next walk
+    tries a candidate: that walk on that key, whatever its parts, tries it first, RETRY_CUT).
     None (the caller tempers instead) when N exceeds DESCENT_FULL_N, or neither part is
     listed or left untried for this elite; ``memory["done"]`` is the walk's grid when
     the walk tried every candidate of it in every pass (the caller then tempers on)."""
@@ -710,7 +712,7 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
 
     cands = listed(best_grid, skip)
     # the candidate the clock cut short in the last walk on this key goes first (RETRY_CUT)
-    cut, memory["cut"] = memory.get("cut"), None
+    cut = memory.get("cut")
     retry = cut[1] if RETRY_CUT and cut is not None and cut[0] == key else None
     if retry is not None:
         cands.sort(key=lambda c: exclusion.identity(c) != retry)  # stable: the rest keep their order
@@ -729,6 +731,7 @@ def explore(model, grid: np.ndarray, fun: float, rng: np.random.Generator, effor
             if parts[1]:
                 memory["kicked"] = (done, kicks)
             break
+        memory["cut"] = None  # tried now (RETRY_CUT)
         cut_short = []  # set when the redeal's descent or rebalancing saw the clock end
 
         def watched() -> bool:

@@ -114,22 +114,22 @@ def read_text(path: str | os.PathLike[str], what: str, *, max_bytes: int = MAX_B
 def _parse_int(text: str) -> int:
     digits = len(text.lstrip("-"))
     if digits > MAX_INT_DIGITS:
-        raise _NumberError(f"an integer with {digits} digits (at most {MAX_INT_DIGITS})")
+        raise _ContentError(f"an integer with {digits} digits (at most {MAX_INT_DIGITS})")
     return int(text)
 
 
 def _parse_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise _NumberError(f"number {text[:24]} is out of range")
+        raise _ContentError(f"number {text[:24]} is out of range")
     return value
 
 
 def _parse_constant(name: str) -> float:
-    raise _NumberError(f"{name} is not a number JSON allows")
+    raise _ContentError(f"{name} is not a number JSON allows")
 
 
-class _NumberError(ValueError):
+class _ContentError(ValueError):
     pass
 
 
@@ -140,7 +140,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(out) != len(pairs):
         seen: set[str] = set()
         dup = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise _NumberError(f"key {dup[:40]!r} appears twice in one object")
+        raise _ContentError(f"key {dup[:40]!r} appears twice in one object")
     return out
 
 
@@ -175,7 +175,7 @@ def parse_json(text: str, source: str, *, error: type[Exception] = FileError) ->
     try:
         doc = json.loads(text, parse_int=_parse_int, parse_float=_parse_float,
                          parse_constant=_parse_constant, object_pairs_hook=_unique_keys)
-    except _NumberError as exc:
+    except _ContentError as exc:
         raise error(f"{source}: invalid JSON: {exc}") from None
     except json.JSONDecodeError as exc:
         raise error(f"{source}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None

@@ -130,7 +130,7 @@ def _two_opt(c: np.ndarray, path: list[int]) -> list[int]:
                 improved = True
         # a free start: reversing a prefix changes only one edge
         for j in range(1, k - 1):
-            if c[p[0], p[j + 1]] + 1e-12 < c[p[j], p[j + 1]]:
+            if c[p[0], p[j + 1]] < c[p[j], p[j + 1]] - 1e-12 * abs(c[p[j], p[j + 1]]):
                 p[: j + 1] = p[: j + 1][::-1].copy()
                 improved = True
     return p.tolist()

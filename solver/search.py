@@ -60,7 +60,7 @@ from solver import native
 from solver.cost import CostModel, Score, rank_map_from_grid
 from solver.descent import descend, polish
 from solver.enumerate import optimal_grid
-from solver.workers import Rounds, WorkerPool, available_cores
+from solver.workers import Outcome, Rounds, WorkerPool, available_cores
 
 #: A topology start whose polished Comm is this much worse than the best so far is not
 #: descended (the starts are tried best first); its descent would cost full sweeps.
@@ -256,6 +256,7 @@ class _Run:
         self.other_start: tuple[np.ndarray, float] | None = None  #: see _firsts
         self._last_report = -1.0
         self.default_rule = False  #: no budget and no time limit given (solve sets it)
+        self.lost_at_bound = False  #: a walk at the bound stopped the search, then was lost
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -265,7 +266,8 @@ class _Run:
         a Comm at the bound ends the search there (without one, only at a round's end,
         where ``offer`` takes the round's best: the output stays a function of the seed)."""
         if self.deadline is not None and self.bound is not None and self._reaches_bound(score):
-            self.status = OPTIMAL if self.status not in (CANCELLED, OPTIMAL) else self.status
+            if self.status != CANCELLED:
+                self.status = OPTIMAL
         if not self.history or score < self.history[-1][1] - 1e-12 * abs(score):
             self.history.append((self.elapsed(), float(score)))
             self.report(force=True, fun=score, worker=worker)
@@ -472,7 +474,7 @@ def _rounds_phase(run: _Run, model: CostModel, pool: WorkerPool, plan: Rounds) -
 
     firsts = _firsts(run, pool.workers)
 
-    def counted(nfev: int, nit: int, out) -> None:  # after each round: progress shows it live
+    def counted(nfev: int, nit: int, out: Outcome) -> None:  # after each round: progress shows it live
         run.nfev += nfev
         run.nit += nit
         run.restart = out.rounds
@@ -492,6 +494,7 @@ def _rounds_phase(run: _Run, model: CostModel, pool: WorkerPool, plan: Rounds) -
         run.status = OPTIMAL
     elif run.status == OPTIMAL:  # a walk's best reached the bound, and its walk was lost
         run.status = TIME_LIMIT if plan.deadline is not None else CONVERGED
+        run.lost_at_bound = True
     return out.errors
 
 
@@ -595,14 +598,16 @@ def _result(run: _Run, model: CostModel, seed: int, restarts: int, workers: int,
     if run.status != CANCELLED:  # a cancelling callback is not called again
         run.report(force=True)
     message = _MESSAGES[run.status].format(patience=restarts)
-    if run.status == BUDGET and run.default_rule:  # the default rule's swaps, not a --budget
+    if run.status == BUDGET and run.default_rule and run.restart:  # the rounds' default swaps, no budget given
         rounds = default_rounds(model.n)
         walks = f"{rounds} round{'s' * (rounds != 1)} of tempering walks per worker"
-        message = f"default work used up (the swaps of {walks}; --time-limit or --budget searches longer)"
+        message = f"default work used up (the swaps of {walks}; a time limit or a budget searches longer)"
     if run.status == CONVERGED and run.restart == 0 and restarts == 0:
         message = "search converged: topology starts descended (no anytime rounds asked for)"
     if run.status == OPTIMAL and run.best_start != "enumeration":
         message = OPTIMAL_BY_BOUND
+    if run.lost_at_bound:
+        message += "; a walk reached the bound and ended the search early, but its worker was lost"
     if errors:
         message += f"; {len(errors)} worker(s) lost: " + "; ".join(errors)
     for note in notes:

@@ -285,19 +285,19 @@ class WorkerPool:
         Without a deadline and a cancel every worker starts (the output depends on the
         worker count). A start that fails (any error: out of file descriptors, a model
         that cannot be sent, a start server gone) after two or more workers started
-        keeps those, and ``errors`` says so; before that the walks run in this process."""
+        keeps those, and ``notes`` says so; before that the walks run in this process
+        (``errors``)."""
         try:
             self._start(deadline, abandon, what)
         except Exception as exc:  # noqa: BLE001 -- whatever it was, the search goes on
-            started = len(self.procs)
+            why, started = str(exc) or type(exc).__name__, len(self.procs)
             if started >= 2:
-                self.errors.append(f"worker {started} could not start ({exc or type(exc).__name__}); "
-                                   f"the search went on with {started}")
+                self.notes.append(f"{started} of {self.workers} worker processes started "
+                                  f"(worker {started} could not start: {why})")
                 self.workers, self.live = started, list(range(started))
                 return
             self.close()
-            self.errors.append(f"worker processes could not start ({exc or type(exc).__name__}); "
-                               "searched in-process")
+            self.errors.append(f"worker processes could not start ({why}); searched in-process")
             self.workers = 1
 
     def _start(self, deadline: float | None, abandon: Callable[[], bool], what: str) -> None:
@@ -385,16 +385,19 @@ class WorkerPool:
         ``on_round(nfev, nit, out)`` after each round with its work (swaps scored, moves)
         and the outcome so far (its best, rounds run).
         ``firsts[w]``: worker ``w``'s grid and Comm in the first round (default: ``grid``).
-        Once every worker process is lost, the rounds go on in this process.
+        Once every worker process is lost, the rounds go on in this process, with that
+        one walk's share of the budget left.
         """
         out = Outcome(grid.copy(), float(fun))
-        stall = 0
+        stall, budget, alone = 0, plan.budget, self.workers == 1
         while not stop():
+            if not alone and not self.live:  # every worker lost: one walk a round, so its share
+                alone, budget = True, out.nfev + max(0, plan.budget - out.nfev) // self.workers
             if plan.deadline is not None and time.monotonic() >= plan.deadline:
                 break
-            if plan.deadline is None and (stall >= plan.patience or out.nfev >= plan.budget):
+            if plan.deadline is None and (stall >= plan.patience or out.nfev >= budget):
                 break
-            runner = self._round_inline if self.workers == 1 or not self.live else self._round_processes
+            runner = self._round_inline if alone else self._round_processes
             own = {w: g for w, g in enumerate(firsts)} if out.rounds == 0 else {}
             results = runner(out.rounds, out.grid, out.fun, plan, stop, on_best, own)
             out.rounds += 1

@@ -616,6 +616,7 @@ def test_a_bound_reached_in_a_round_ends_the_search_there():
     starts = solve(model, seed=0, workers=2, restarts=0)
     found = solve(model, seed=0, workers=2, restarts=2)  # two rounds past its last gain
     assert found.fun < starts.fun and found.rounds >= 3  # the rounds, not the starts, found it
+    assert found.status == search.CONVERGED  # ended by patience: its last gain came 2 rounds before
     runs = [solve(model, seed=0, workers=2, restarts=1000, lower_bound=found.fun) for _ in range(2)]
     for run in runs:
         assert run.status == search.OPTIMAL and run.message == search.OPTIMAL_BY_BOUND
@@ -671,7 +672,8 @@ def test_a_start_that_fails_past_two_workers_keeps_those(monkeypatch):
     monkeypatch.setattr(workers, "_context", lambda: Context(real()))
     result = solve(_geo_model(), seed=0, workers=4, time_limit=1.0)
     assert result.workers == 2 and result.rounds >= 1
-    assert "worker 2 could not start ([Errno 24] Too many open files); the search went on with 2" in result.message
+    assert ("2 of 4 worker processes started (worker 2 could not start: [Errno 24] Too many open files); "
+            "the search used those") in result.message and "lost" not in result.message
 
 
 def test_rounds_go_on_in_process_once_every_worker_is_lost(monkeypatch):
@@ -701,6 +703,9 @@ def test_the_default_rule_s_end_says_so_not_a_budget(monkeypatch):
     assert result.message.startswith("default work used up (the swaps of 1 round of tempering walks")
     given = solve(model, seed=0, workers=1, budget=10_000)
     assert given.status == BUDGET and given.message.startswith("evaluation budget used up")
+    monkeypatch.setattr(search, "default_budget", lambda n: 50)  # the starts' budget, no round
+    starts = solve(model, seed=0, workers=1, restarts=0)
+    assert starts.status == BUDGET and starts.rounds == 0 and starts.message.startswith("evaluation budget")
 
 
 def test_the_trace_lists_what_the_result_returns():
@@ -737,3 +742,24 @@ def test_the_search_improves_at_any_scale():
         scaled = solve(CostModel(model.t_pp * scale, model.t_dp * scale, model.workload), seed=0, workers=1,
                        restarts=1)
         assert scaled.nit > 0 and scaled.fun / scale == pytest.approx(plain.fun, rel=0.02)
+
+
+def test_a_search_that_lost_every_worker_goes_on_with_one_walk_s_share(monkeypatch):
+    """Without a time limit, rounds in this process after every worker was lost took the
+    whole budget sized for every worker's walk: workers x as many rounds."""
+    import solver.workers as workers
+
+    real = workers.WorkerPool._round_processes
+
+    def killing(self, k, *a):
+        if k == 1:
+            for proc in self.procs:
+                proc.kill()
+                proc.join()
+        return real(self, k, *a)
+
+    monkeypatch.setattr(workers.WorkerPool, "_round_processes", killing)
+    rounds = search.default_rounds(24)  # the default rule's budget: this many rounds of 4 walks
+    result = solve(_geo_model(), seed=0, workers=4, restarts=1000)
+    assert "worker 3 died" in result.message
+    assert 2 <= result.rounds <= 2 + rounds  # not 2 + 4 x rounds
