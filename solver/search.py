@@ -486,7 +486,7 @@ def _rounds_phase(run: _Run, model: CostModel, pool: WorkerPool, plan: Rounds) -
     run.restart = out.rounds
     if out.worker is not None:
         run.offer(out.grid, out.fun, out.strategy, out.worker)
-    if run.status == CONVERGED and plan.deadline is None and out.nfev >= plan.budget:
+    if run.status == CONVERGED and out.spent:
         run.status = BUDGET
     if run.status == CONVERGED and plan.deadline is not None and time.monotonic() >= plan.deadline:
         run.status = TIME_LIMIT  # the rounds' own deadline test ended them

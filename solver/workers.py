@@ -87,6 +87,7 @@ class Outcome:
     nit: int = 0
     rounds: int = 0
     errors: list[str] = field(default_factory=list)
+    spent: bool = False  #: the rounds ended on their budget (no deadline)
 
 
 @dataclass(frozen=True)
@@ -396,6 +397,7 @@ class WorkerPool:
             if plan.deadline is not None and time.monotonic() >= plan.deadline:
                 break
             if plan.deadline is None and (stall >= plan.patience or out.nfev >= budget):
+                out.spent = out.nfev >= budget
                 break
             runner = self._round_inline if alone else self._round_processes
             own = {w: g for w, g in enumerate(firsts)} if out.rounds == 0 else {}

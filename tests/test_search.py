@@ -763,3 +763,4 @@ def test_a_search_that_lost_every_worker_goes_on_with_one_walk_s_share(monkeypat
     result = solve(_geo_model(), seed=0, workers=4, restarts=1000)
     assert "worker 3 died" in result.message
     assert 2 <= result.rounds <= 2 + rounds  # not 2 + 4 x rounds
+    assert result.status == BUDGET and result.message.startswith("default work used up")
