@@ -182,7 +182,7 @@ def format_solve(doc: dict[str, Any]) -> str:
     s = doc["search"]
     order = "exact" if s["exact_pipeline_order"] else "approximate (D_PP > 16)"
     lines.append(
-        f"search     {s['message']}; {s['nit']} moves, {s['nfev']} swaps scored, "
+        f"search     {s['message']}; {s['nit']} descent moves, {s['nfev']} swaps scored, "
         f"{s['elapsed_s']:.2f} s, seed {s['seed']}, {s['workers']} worker(s), {s['rounds']} rounds, "
         f"best from \"{s['best_start']}\"; pipeline order {order}"
     )

@@ -21,6 +21,7 @@ from solver.workload import Workload
 #: Most random placements per baseline: a billion samples would run for days.
 MAX_BASELINE_SAMPLES = 100_000
 #: Limits of the solve options, the CLI's flags and the console's form alike.
+MIN_TIME_LIMIT_S = 0.001
 MAX_TIME_LIMIT_S = 1e7
 MAX_RESTARTS = 10_000
 #: Largest seed: written to outputs and records, which readers take with at most 20 digits.

@@ -291,7 +291,7 @@ class SolveScreen(ConsoleScreen):
             text.append(f"\n{done}", style="bold")
         if found_by:
             text.append(f"\nfound by {found_by}")
-        text.append(f"\n{nit} improvements, {nfev} swaps scored, {elapsed:.1f} s")
+        text.append(f"\n{nit} descent moves, {nfev} swaps scored, {elapsed:.1f} s")
         if not done:
             text.append(f", {phase}")
         if eta is not None:

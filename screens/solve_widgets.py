@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, Static
 
-from geoconsole.solving import MAX_RESTARTS, MAX_SEED, MAX_TIME_LIMIT_S
+from geoconsole.solving import MAX_RESTARTS, MAX_SEED, MAX_TIME_LIMIT_S, MIN_TIME_LIMIT_S
 from screens.fields import Field
 from solver.workload import Workload
 
@@ -82,6 +82,8 @@ class WorkloadForm(Vertical):
             text = raw[key]
             if text == "" and optional:
                 return None
+            if kind is int and len(text) > 40 and text.lstrip("+-").isdigit():  # int() refuses 4300+
+                raise ValueError(f"{label[key]}: a whole number of {len(text)} digits is out of range")
             try:
                 value = kind(text)
             except ValueError:
@@ -91,19 +93,24 @@ class WorkloadForm(Vertical):
                 raise ValueError(f"{label[key]}: must be finite, got {text[:40]!r}")
             return value
 
-        workload = Workload(
-            d_pp=number("d_pp", int), d_dp=number("d_dp", int),
-            c_pp=number("c_pp"), c_dp=number("c_dp"),
-            pp_messages=number("pp_messages"), dp_messages=number("dp_messages"),
-        )
+        try:
+            workload = Workload(
+                d_pp=number("d_pp", int), d_dp=number("d_dp", int),
+                c_pp=number("c_pp"), c_dp=number("c_dp"),
+                pp_messages=number("pp_messages"), dp_messages=number("dp_messages"),
+            )
+        except ValueError as exc:  # the workload's own checks name its fields: say the labels
+            name, _, why = str(exc).partition(": ")
+            raise ValueError(f"{label.get(name, name)}: {why}" if why else str(exc)) from None
         if workload.n_devices != n_devices:
             raise ValueError(f"D_PP x D_DP: {workload.d_pp} x {workload.d_dp} = {workload.n_devices}, the fabric has {n_devices} devices")
         budget = number("budget", int, optional=True)
         if budget is not None and budget < 0:
             raise ValueError(f"{label['budget']}: must be >= 0, got {budget}")
         time_limit = number("time_limit", optional=True)
-        if time_limit is not None and not 0 < time_limit <= MAX_TIME_LIMIT_S:
-            raise ValueError(f"{label['time_limit']}: must be > 0 and at most {MAX_TIME_LIMIT_S:g}, got {time_limit:g}")
+        if time_limit is not None and not MIN_TIME_LIMIT_S <= time_limit <= MAX_TIME_LIMIT_S:
+            raise ValueError(f"{label['time_limit']}: must be {MIN_TIME_LIMIT_S:g} to {MAX_TIME_LIMIT_S:g}, "
+                             f"got {time_limit:g}")
         restarts = number("restarts", int)
         if not 0 <= restarts <= MAX_RESTARTS:
             raise ValueError(f"{label['restarts']}: must be 0-{MAX_RESTARTS}, got {restarts}")

@@ -142,7 +142,7 @@ class PlacementResult:
     score: Score
     status: SolveStatus
     message: str
-    nit: int  #: improving moves accepted (swaps and polishes)
+    nit: int  #: improving moves of the descents (swaps, polishes; not the tempering ladders' steps)
     nfev: int  #: swaps scored
     elapsed_s: float
     seed: int

@@ -33,7 +33,7 @@ class Workload:
         for name in ("c_pp", "c_dp", "pp_messages", "dp_messages"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not (0 <= float(v) < 1e9):
-                raise ValueError(f"{name}: must be a finite number >= 0, got {v!r}")
+                raise ValueError(f"{name}: must be a finite number >= 0 and below 1e9, got {v!r}")
 
     @property
     def n_devices(self) -> int:

@@ -226,9 +226,18 @@ async def test_solve_form_refuses_a_workload_that_does_not_fit_the_fabric():
         screen.query_one("#form-d_dp", Input).value = "8"
         # errors name the field as the form labels it, within the CLI's limits
         for key, value, message in [("time_limit", "abc", "time limit (s): expected a number, got 'abc'"),
-                                    ("time_limit", "1e9", "time limit (s): must be > 0 and at most 1e+07"),
+                                    ("time_limit", "1e9", "time limit (s): must be 0.001 to 1e+07"),
                                     ("restarts", "20000", "restarts: must be 0-10000"),
-                                    ("seed", "-1", "seed: must be 0 to 2^64 - 1")]:
+                                    ("seed", "-1", "seed: must be 0 to 2^64 - 1"),
+                                    # below the CLI's 0.001 s (1e-9 was taken), the workload's
+                                    # own checks under the form's labels (they said c_pp, d_pp),
+                                    # a seed too long for int() (it said "expected a whole number")
+                                    ("time_limit", "1e-9", "time limit (s): must be 0.001 to 1e+07"),
+                                    ("c_pp", "-1", "c_pp activations (GB): must be a finite number >= 0"),
+                                    ("c_pp", "1e9", "c_pp activations (GB): must be a finite number >= 0 and below 1e9"),
+                                    ("pp_messages", "-1", "pipeline messages: must be a finite number"),
+                                    ("d_pp", "0", "D_PP stages: must be a whole number >= 1"),
+                                    ("seed", "9" * 5000, "seed: a whole number of 5000 digits is out of range")]:
             field = screen.query_one(f"#form-{key}", Input)
             before, field.value = field.value, value
             await pilot.press("ctrl+r")
