@@ -215,8 +215,10 @@ class GeoConsoleApp(App[int]):
         def answered(yes: bool) -> None:
             if not yes:
                 return
-            if self.dirty and not warned_unsaved:  # a solve ended meanwhile: its result is unsaved
-                self._confirm_discard(what, then)
+            # a solve ended meanwhile: its result is unsaved, and the dialog still said it ran
+            ended = bool(busy) and not self.running_work()
+            if self.dirty and (not warned_unsaved or ended):
+                self._confirm_discard(what, then, self.running_work())
                 return
             then()
 

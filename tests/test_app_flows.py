@@ -428,6 +428,31 @@ async def test_a_solve_that_ends_while_quit_asks_is_not_discarded_unasked():
         await wait_until(lambda: not app.is_running, timeout=10)
 
 
+async def test_a_solve_that_ends_while_quit_asks_about_unsaved_changes_is_asked_again():
+    """The session was already unsaved: the dialog said so and that a solve ran; the solve
+    ended under it, and y quit, dropping the finished solve under a dialog that still said
+    it was running. Now y asks again, with what is true then."""
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        app.screen.query_one("#form-time_limit", Input).value = "1"
+        await pilot.press("ctrl+r")
+        await wait_until(lambda: app.dirty, timeout=30)  # a first solve: the session is unsaved
+        app.screen.query_one("#form-time_limit", Input).value = "2"
+        await pilot.press("ctrl+r")
+        await wait_until(lambda: "solve" in app.activity)
+        app.simulate_key("q")
+        await wait_until(lambda: isinstance(app.screen, ConfirmDialog))
+        assert "without saving" in app.screen.title_text and "A solve is running" in str(app.screen.body)
+        await wait_until(lambda: not app.running_work(), timeout=30)  # it ended under the dialog
+        app.simulate_key("y")
+        await wait_until(lambda: isinstance(app.screen, ConfirmDialog) and "A solve is running" not in
+                         str(app.screen.body))
+        assert app.is_running and "without saving" in app.screen.title_text
+        app.simulate_key("y")
+        await wait_until(lambda: not app.is_running, timeout=10)
+
+
 async def test_a_loaded_rank_map_is_compared_and_a_bad_one_refused(tmp_path):
     app = demo_app()
     with_solutions(app, region_pipelines(app.session))
