@@ -265,7 +265,7 @@ class _Run:
         """Record a new best Comm in the trace and tell the callback; under a time limit
         a Comm at the bound ends the search there (without one, only at a round's end,
         where ``offer`` takes the round's best: the output stays a function of the seed)."""
-        if self.deadline is not None and self.bound is not None and self._reaches_bound(score):
+        if self.deadline is not None and self._reaches_bound(score):
             if self.status != CANCELLED:
                 self.status = OPTIMAL
         if not self.history or score < self.history[-1][1] - 1e-12 * abs(score):
@@ -483,9 +483,6 @@ def _rounds_phase(run: _Run, model: CostModel, pool: WorkerPool, plan: Rounds) -
 
     out = pool.run(run.best, run.best_score, plan, run.should_stop,
                    lambda fun, worker, clock: run.note(fun, worker), firsts=firsts, on_round=counted)
-    run.restart = out.rounds
-    if out.worker is not None:
-        run.offer(out.grid, out.fun, out.strategy, out.worker)
     if run.status == CONVERGED and out.spent:
         run.status = BUDGET
     if run.status == CONVERGED and plan.deadline is not None and time.monotonic() >= plan.deadline:
