@@ -181,9 +181,11 @@ def format_solve(doc: dict[str, Any]) -> str:
     lines.append(f"lower bound {b['comm_s']:.3f} s ({b['method']}; {b['elapsed_s']:.2f} s); {gap_words(b)}")
     s = doc["search"]
     order = "exact" if s["exact_pipeline_order"] else "approximate (D_PP > 16)"
+    lost = len(s.get("worker_errors") or ())
+    started = f"{s['workers']} worker(s){f' started, {lost} lost' if lost else ''}"
     lines.append(
         f"search     {s['message']}; {s['nit']} descent moves, {s['nfev']} swaps scored, "
-        f"{s['elapsed_s']:.2f} s, seed {s['seed']}, {s['workers']} worker(s), {s['rounds']} rounds, "
+        f"{s['elapsed_s']:.2f} s, seed {s['seed']}, {started}, {s['rounds']} rounds, "
         f"best from \"{s['best_start']}\"; pipeline order {order}"
     )
     lines.append("trace      " + ", ".join(f"{t:.2f} s: {v:.3f}" for t, v in _trace_points(s["trace"])))

@@ -32,6 +32,9 @@ from screens.widgets import advice_text
 
 #: Seconds between progress messages; the solver may call back far more often.
 PROGRESS_INTERVAL_S = 0.1
+#: Below this many terminal rows the form drops the blank line between its fields, so
+#: that every field, an error and the buttons fit without scrolling (80 x 24: 21 rows).
+COMPACT_FORM_ROWS = 32
 #: GIL switch interval while a solve runs. The event loop gives up the GIL at every
 #: select(); with the default 5 ms each loop turn can wait 5 ms for the solver thread to
 #: yield, which makes mounting a screen take seconds. 0.5 ms keeps keys prompt for a few
@@ -111,6 +114,9 @@ class SolveScreen(ConsoleScreen):
         yield StatusBar()
         yield Footer()
 
+    def on_resize(self) -> None:
+        self.query_one(WorkloadForm).set_class(self.size.height < COMPACT_FORM_ROWS, "compact")
+
     def show_session(self) -> None:
         if self.running:
             return
@@ -149,6 +155,7 @@ class SolveScreen(ConsoleScreen):
             model = cost_model(prepared.fabric, options.workload)
         except ValueError as exc:
             error.update(" ".join(str(exc).split()))
+            self.call_after_refresh(error.scroll_visible, animate=False)
             return
         error.update("")
         self.session.workload = self._filled = options.workload
@@ -312,7 +319,14 @@ class SolveScreen(ConsoleScreen):
             sol.fun, sol.nit, sol.nfev, sol.elapsed_s, "done",
             done=f"{sol.name}: {note or sol.message}{stale}  (r: review)", found_by=sol.found_by,
         ))
-        self.query_one(Histogram).show(sol.baselines, sol.fun, sol.bound)
+        from solver.search import CANCELLED, TIME_LIMIT
+
+        # only a cancel or the time limit cuts the baselines short (older sessions drew fewer)
+        ended = sol.status in (str(int(CANCELLED)), str(int(TIME_LIMIT)))
+        expected = baseline_samples(len(sol.rank_map)) if ended else 0
+        self.query_one(Histogram).show(sol.baselines, sol.fun, sol.bound, expected=expected)
+        if not sol.baselines and ended:
+            self.query_one(Histogram).update(Text("random baselines: none drawn before the solve ended", style="italic"))
         shown = self.query_one("#solve-advice", Static)
         shown.display = bool(sol.advice)
         shown.update(advice_text(sol.advice))

@@ -50,6 +50,7 @@ class WorkloadForm(Vertical):
     DEFAULT_CSS = """
     WorkloadForm { height: auto; }
     WorkloadForm > Horizontal { height: 1; margin-bottom: 1; }
+    WorkloadForm.compact > Horizontal { margin-bottom: 0; }
     WorkloadForm Label { width: 27; max-width: 60%; }
     WorkloadForm Input { width: 1fr; }
     """
@@ -133,7 +134,10 @@ class Histogram(Static):
 
     DEFAULT_CSS = "Histogram { height: auto; }"
 
-    def show(self, distributions: dict[str, list[float]], solution: float | None, bound: float | None) -> None:
+    def show(self, distributions: dict[str, list[float]], solution: float | None, bound: float | None,
+             expected: int = 0) -> None:
+        """Each distribution's bars on one axis; ``expected``: the samples asked for of
+        each, so that a baseline the time limit or a cancel cut short says so."""
         if not distributions:
             self.update("")
             return
@@ -152,7 +156,8 @@ class Histogram(Static):
             top = max(counts.max(), 1)
             bars = "".join(BARS[int(math.ceil(c / top * (len(BARS) - 1)))] for c in counts)
             text.append(f"{name}", style="bold")
-            text.append(f"  {len(vs)} samples, median {float(np.median(vs)):.2f} s\n")
+            cut = f" of {expected} (cut short)" if len(vs) < expected else ""
+            text.append(f"  {len(vs)}{cut} samples, median {float(np.median(vs)):.2f} s\n")
             text.append(bars + "\n", style="cyan")
         axis = [" "] * width
         if bound is not None and math.isfinite(bound):

@@ -152,7 +152,7 @@ class PlacementResult:
     exact_path: bool  #: pipeline order solved exactly (D_PP <= 16)
     optimal: bool = False  #: certified optimal (enumerated, or Comm == lower bound)
     history: list[tuple[float, float]] = field(default_factory=list)  #: anytime trace (elapsed, best)
-    workers: int = 1
+    workers: int = 1  #: worker processes started (those lost on the way too: ``worker_errors``)
     worker: int | None = None  #: worker that found the best (None: enumeration or starts)
     rounds: int = 0  #: anytime rounds run
     worker_errors: list[str] = field(default_factory=list)  #: workers lost on the way

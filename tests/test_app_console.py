@@ -349,3 +349,51 @@ async def test_status_bar_counts_failed_hosts_on_every_screen(tmp_path):
         await pilot.press("3")
         await pilot.pause()
         assert "hosts 0/1 connected, 1 failed" in bar(app)
+
+
+async def test_the_solve_form_fits_80x24_without_scrolling():
+    """At 80 x 24 every field, the buttons and the first field's label are on screen when
+    the tab opens (the focused Solve button used to scroll the first field away)."""
+    from screens.solve_widgets import FIELDS
+
+    app = demo_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("4")
+        await pilot.pause()
+        pane = app.screen.query_one("#solve-form-pane")
+        assert pane.scroll_y == 0
+        region = pane.region
+        for key, _label, _p in FIELDS:
+            assert region.contains_region(app.screen.query_one(f"#form-{key}").region), key
+        assert region.contains_region(app.screen.query_one("#solve-run").region)
+    async with demo_app().run_test(size=(120, 45)) as pilot:  # room enough: blank lines between fields
+        await pilot.press("4")
+        await pilot.pause()
+        assert not pilot.app.screen.query_one("WorkloadForm").has_class("compact")
+
+
+async def test_baselines_cut_short_say_so():
+    from support import make_solution
+
+    from screens.solve import baseline_samples
+
+    app = demo_app()
+    sol = make_solution(app.session, region_pipelines(app.session), samples=baseline_samples(64))
+    first = next(iter(sol.baselines))
+    sol.baselines[first] = sol.baselines[first][:37]  # the time limit ended the draw there
+    sol.status = "2"
+    app.session.add_solution(sol)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        await pilot.pause()
+        shown = str(app.screen.query_one("#solve-histogram").render())
+        assert f"{first}  37 of {baseline_samples(64)} (cut short) samples" in shown
+        assert shown.count("cut short") == 1  # the other baseline is whole
+    app = demo_app()
+    sol = make_solution(app.session, region_pipelines(app.session))
+    sol.baselines, sol.status = {}, "3"  # cancelled before any was drawn
+    app.session.add_solution(sol)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        await pilot.pause()
+        assert "none drawn before the solve ended" in str(app.screen.query_one("#solve-histogram").render())

@@ -380,3 +380,15 @@ def test_a_fabric_key_given_twice_is_refused(tmp_path):
                     '"alpha_ms": [[null, 5], [5, null]], "beta_gbps": [[null, 1], [1, null]]}')
     line = one_line_error(run("solve", "--matrix", path, "--c-pp", "1", "--c-dp", "1"))
     assert line == f"error: {path}: invalid JSON: key 'alpha_ms' appears twice in one object"
+
+
+def test_the_report_says_how_many_workers_were_lost(ww_path):
+    from geoconsole.report import format_solve
+
+    result = run("solve", "--matrix", ww_path, *WW, "--seed", "3", "--baseline-samples", "0", "--budget", "5000",
+                 "--workers", "2", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["search"]["worker_errors"] == [] and "lost" not in format_solve(doc)
+    doc["search"]["worker_errors"] = ["worker 1 exited with code -9"]
+    assert f"{doc['search']['workers']} worker(s) started, 1 lost" in format_solve(doc)
