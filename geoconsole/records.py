@@ -55,10 +55,23 @@ def check_record_path(path: str | os.PathLike[str], inputs: Sequence[tuple[str, 
             first = handle.readline(FIRST_LINE_MAX)
     except OSError as exc:
         raise FileError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    # an unterminated first line that starts as a record is a cut-short first append
-    if not first.lstrip().startswith(b"{") or (first.endswith(b"\n") and _torn(first)):
+    if not _starts_records(first):
         raise FileError(f"{path}: is not a run-record file (its first line is not a JSON record); "
                         "name a new file or one that --record wrote")
+
+
+def _starts_records(first: bytes) -> bool:
+    """Whether a file's first line is that of a record file: a JSON object with the
+    ``kind`` every record has (a fabric, a session or a solve written on one line is a
+    JSON object too, without one), or an unterminated start of one (a first append cut
+    short)."""
+    if not first.lstrip().startswith(b"{"):
+        return False
+    try:
+        doc = json.loads(first)
+    except (ValueError, RecursionError):
+        return not first.endswith(b"\n")  # a whole line that is not JSON is no record
+    return isinstance(doc, dict) and isinstance(doc.get("kind"), str)
 
 
 def append_record(path: str | os.PathLike[str], record: dict[str, Any],

@@ -66,6 +66,24 @@ def test_slurm_hostfile_lines_are_the_tasks_in_rank_order():
         parse_slurm("-bad\n")
 
 
+def test_slurm_hostfile_names_the_inventorys_slurm_nodes():
+    """As ``launch --via slurm`` does: a host's ``slurm_node`` is the line Slurm reads,
+    the table keeps the host, and the file reads back to the plan's hosts."""
+    plan = _plan([5, 4, 3, 2, 1, 0])
+    nodes = {"node0": "gpu-017", "node2": "gpu-002"}
+    text = export(plan, "slurm", nodes=nodes)
+    host_lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert host_lines == [nodes.get(p.host, p.host) for p in plan.processes]
+    assert parse(text, "slurm") == plan_slots(plan)
+    with pytest.raises(ExportError, match="runs on gpu-002 but the table says gpu-017"):
+        parse_slurm(text.replace("\ngpu-017\n", "\ngpu-002\n", 1))
+    with pytest.raises(ExportError, match="node 'bad name'"):
+        export(plan, "slurm", nodes={"node1": "bad name"})
+    bad = [LaunchHost("a'b", "10.1.0.9")]  # a host Slurm cannot read, given a node it can
+    odd = build_plan([0, 1], [Device("a'b", 0), Device("a'b", 1)], bad, ["t"])
+    assert [s.host for s in parse(export(odd, "slurm", nodes={"a'b": "n1"}), "slurm")] == ["a'b", "a'b"]
+
+
 def test_rankfile_lines_follow_open_mpis_grammar():
     plan = _plan()
     text = export(plan, "rankfile")

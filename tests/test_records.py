@@ -79,7 +79,9 @@ def test_non_finite_values_are_refused(tmp_path):
 def test_a_file_that_holds_no_records_is_refused_and_left_as_it_was(tmp_path):
     """Appending to notes, a fabric or a binary file would damage it: refused, unchanged."""
     for name, data in [("notes.txt", b"line one\nmy notes without a final newline"),
-                       ("fabric.json", b'{\n "labels": ["a"]\n}\n'), ("blob.bin", bytes(range(256)) * 4)]:
+                       ("fabric.json", b'{\n "labels": ["a"]\n}\n'), ("blob.bin", bytes(range(256)) * 4),
+                       ("compact.json", b'{"labels": ["a"], "alpha_ms": [[0]]}'),  # one line, as jq -c writes
+                       ("compact-nl.json", b'{"a": 1}\n'), ("broken.json", b'{"a": \n{"kind": "solve"}\n')]:
         path = tmp_path / name
         path.write_bytes(data)
         with pytest.raises(FileError, match="is not a run-record file"):

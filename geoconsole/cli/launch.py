@@ -302,7 +302,7 @@ async def _launch(plan, fabric, ranks, hosts, inv, command, opts, abort_on_failu
 def export_command(
     matrix: Path = MATRIX,
     rank_map: str = RANK_MAP,
-    fmt: str = typer.Option("json", "--format", "-f", help="torchrun | slurm | rankfile | json"),
+    fmt: str = typer.Option("json", "--format", "-f", help="torchrun | slurm | rankfile | json | k8s"),
     output: Optional[Path] = path_option(None, "--output", "-o", help="Write here (default, or -: standard output)."),
     command: List[str] = typer.Argument(None, help="The training command, after '--' (torchrun and json formats)."),
     inventory: Optional[Path] = INVENTORY,
@@ -341,7 +341,8 @@ def export_command(
     if fmt in ("torchrun", "k8s"):  # export checks it too; here the error names the flag
         check_one_line(plan)
     with flag(f"--format {fmt}"):
-        text = export(plan, fmt, image=image, name=job_name, nodes=node_map(inv, "k8s_node"))
+        text = export(plan, fmt, image=image, name=job_name,
+                      nodes=node_map(inv, "slurm_node" if fmt == "slurm" else "k8s_node"))
     if parse(text, fmt) != plan_slots(plan):  # an export must read back to the same mapping
         raise ExportError(f"--format {fmt}: the export does not read back to the plan")
     if output is None or str(output) == "-":  # -o -: standard output, as the help says by default

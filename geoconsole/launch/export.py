@@ -31,6 +31,8 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
+from typing import Mapping
+
 from geoconsole.errors import InputError
 from geoconsole.launch.plan import LaunchPlan, quote
 
@@ -78,8 +80,9 @@ def rank_map_of(slots: list[RankSlot]) -> list[int]:
 
 def export(plan: LaunchPlan, fmt: str, *, image: str | None = None, name: str = "geoconsole",
            nodes: dict[str, str] | None = None) -> str:
-    """The plan in format ``fmt``; ``image``, ``name`` and ``nodes`` (host -> node name)
-    are the k8s format's."""
+    """The plan in format ``fmt``; ``image`` and ``name`` are the k8s format's, ``nodes``
+    (host -> node name: the inventory's ``k8s_node`` or ``slurm_node``) the k8s and slurm
+    formats'."""
     if fmt not in FORMATS:
         raise ExportError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if fmt in ("torchrun", "k8s"):  # scripts, read back line by line
@@ -90,8 +93,9 @@ def export(plan: LaunchPlan, fmt: str, *, image: str | None = None, name: str = 
         from geoconsole.launch.k8s import export_k8s
 
         return export_k8s(plan, image=image, name=name, nodes=nodes)
-    return {"torchrun": export_torchrun, "slurm": export_slurm,
-            "rankfile": export_rankfile, "json": export_json}[fmt](plan)
+    if fmt == "slurm":
+        return export_slurm(plan, nodes)
+    return {"torchrun": export_torchrun, "rankfile": export_rankfile, "json": export_json}[fmt](plan)
 
 
 def parse(text: str, fmt: str, source: str = "<export>") -> list[RankSlot]:
@@ -248,18 +252,24 @@ def parse_torchrun(text: str, source: str = "<torchrun script>") -> list[RankSlo
 # --- Slurm hostfile --------------------------------------------------------------------
 
 
-def export_slurm(plan: LaunchPlan) -> str:
-    """``SLURM_HOSTFILE`` contents: one node name per line, line r = task (rank) r."""
-    for p in plan.processes:
-        if not _SLURM_HOST.match(p.host):
-            raise ExportError(f"host {p.host!r}: not a name Slurm's hostfile reader keeps")
+def export_slurm(plan: LaunchPlan, nodes: Mapping[str, str] | None = None) -> str:
+    """``SLURM_HOSTFILE`` contents: one node name per line, line r = task (rank) r; a
+    host's node is ``nodes[host]`` (the inventory's ``slurm_node``, as ``launch --via
+    slurm`` takes it), else its name, and the table then names both."""
+    nodes = nodes or {}
+    named = [nodes.get(p.host) or p.host for p in plan.processes]
+    for p, node in zip(plan.processes, named):
+        if not _SLURM_HOST.match(node):
+            raise ExportError(f"host {p.host!r}: {'node ' + repr(node) + ' is ' if node != p.host else ''}"
+                              "not a name Slurm's hostfile reader keeps (set slurm_node in the inventory)")
     out = [
         "# SLURM_HOSTFILE for: srun --distribution=arbitrary --ntasks=%d" % plan.world_size,
         "# Host line r (comments skipped) runs task r, the global rank r.",
-        "# Written by geoconsole export. Columns of the table below: rank host gpu device",
+        "# Written by geoconsole export. Columns of the table below: rank host gpu device [node]",
     ]
-    out += [f"#@ {p.rank} {p.host} {_gpu_text(p.gpu)} {p.device}" for p in plan.processes]
-    out += [p.host for p in plan.processes]
+    out += [f"#@ {p.rank} {p.host} {_gpu_text(p.gpu)} {p.device}{' ' + node if node != p.host else ''}"
+            for p, node in zip(plan.processes, named)]
+    out += named
     return "\n".join(out) + "\n"
 
 
@@ -271,13 +281,15 @@ def parse_slurm(text: str, source: str = "<slurm hostfile>") -> list[RankSlot]:
     """
     hosts: list[str] = []
     table: dict[int, RankSlot] = {}
+    node_of: dict[int, str] = {}  # the table's node column, where the node is not the host
     for no, raw in enumerate(text.splitlines(), 1):
         where = f"{source}:{no}"
         if raw.startswith("#@"):
             parts = raw[2:].split()
-            if len(parts) != 4 or not parts[0].isdigit() or not parts[3].isdigit():
-                raise ExportError(f"{where}: expected '#@ RANK HOST GPU DEVICE'")
+            if len(parts) not in (4, 5) or not parts[0].isdigit() or not parts[3].isdigit():
+                raise ExportError(f"{where}: expected '#@ RANK HOST GPU DEVICE [NODE]'")
             table[int(parts[0])] = RankSlot(int(parts[0]), parts[1], _gpu_value(parts[2], where), int(parts[3]))
+            node_of[int(parts[0])] = parts[4] if len(parts) == 5 else parts[1]
         line = raw.split("#", 1)[0]
         if not line:
             continue
@@ -296,9 +308,9 @@ def parse_slurm(text: str, source: str = "<slurm hostfile>") -> list[RankSlot]:
     slots = []
     for rank, host in enumerate(hosts):
         t = table.get(rank)
-        if t is not None and t.host != host:
-            raise ExportError(f"{source}: task {rank} runs on {host} but the table says {t.host}")
-        slots.append(RankSlot(rank, host, t.gpu if t else None, t.device if t else None))
+        if t is not None and node_of[rank] != host:
+            raise ExportError(f"{source}: task {rank} runs on {host} but the table says {node_of[rank]}")
+        slots.append(RankSlot(rank, t.host if t else host, t.gpu if t else None, t.device if t else None))
     return slots
 
 
