@@ -21,7 +21,7 @@ from textual.theme import Theme
 from textual.worker import WorkerState
 
 from geoconsole.session import Clock, Session, SessionError, demo_session, load_session, utc_now
-from screens.dialogs import ConfirmDialog, PathDialog
+from screens.dialogs import ConfirmDialog, PathDialog, ask_path_then
 from screens.fleet import FleetScreen
 from screens.heatmap import HeatmapScreen
 from screens.help import HelpScreen
@@ -171,12 +171,8 @@ class GeoConsoleApp(App[int]):
         self._save_to(self.session.path)
 
     def action_save_as(self) -> None:
-        def save(path: str | None) -> None:
-            if path:
-                self._save_to(Path(path).expanduser())
-
         default = str(self.session.path or DEFAULT_SESSION_FILE)
-        self.push_screen(PathDialog("Save session as", default), save)
+        ask_path_then(self, "Save session as", default, self._save_to)
 
     def _save_to(self, path: Path) -> None:
         try:

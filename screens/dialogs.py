@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Callable
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -44,6 +47,8 @@ class ConfirmDialog(ModalScreen[bool]):
     ConfirmDialog Horizontal { height: auto; align-horizontal: right; }
     """
     BINDINGS = [Binding("escape,n", "answer(False)", "No"), Binding("y", "answer(True)", "Yes")]
+    #: A stray Enter answers no: the yes button starts ranks, quits or overwrites.
+    AUTO_FOCUS = "#no"
 
     def __init__(self, title: str, body: str, yes: str = "Yes") -> None:
         super().__init__()
@@ -62,3 +67,25 @@ class ConfirmDialog(ModalScreen[bool]):
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)
+
+
+def ask_path_then(app, title: str, default: str, write: Callable[[Path], None], *, note: str = "") -> None:
+    """Ask for a path (``PathDialog``), then ``write(path)``; an existing file is only
+    overwritten after a yes (``ConfirmDialog``, focus on No). ``note`` (a warning such as
+    a stale plan) heads the overwrite question and the path prompt."""
+    def chosen(text: str | None) -> None:
+        if not text:
+            return
+        path = Path(text).expanduser()
+        if path.is_file():
+            body = (note + "\n" if note else "") + f"{path} exists; writing replaces what it holds."
+
+            def answered(yes: bool | None) -> None:
+                if yes:
+                    write(path)
+
+            app.push_screen(ConfirmDialog(f"Overwrite {path.name}?", body, yes="Overwrite"), answered)
+            return
+        write(path)
+
+    app.push_screen(PathDialog(f"{title}{'  (' + note + ')' if note else ''}", default), chosen)

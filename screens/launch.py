@@ -23,7 +23,7 @@ from screens.base import ConsoleScreen
 from screens.fields import Field
 from screens.statusbar import StatusBar
 from screens.tabs import ScreenTabs
-from screens.dialogs import ConfirmDialog
+from screens.dialogs import ConfirmDialog, ask_path_then
 from screens.widgets import advice_text, warning_style
 
 DEFAULT_COMMAND = "train.py"
@@ -207,16 +207,29 @@ class LaunchScreen(ConsoleScreen):
         self.app.push_screen(ConfirmDialog(title, body, yes="Launch"), answer)
 
     def _write_k8s(self, plan: Any) -> None:
+        """Ask where (K8S_FILE by default; an existing file only after a yes), then write
+        the manifests; a stale plan says so in the questions."""
         from geoconsole.launch.export import export
         from solver.files import write_text
 
         image = self.query_one("#launch-image", Input).value.strip()
         try:
-            path = write_text(K8S_FILE, export(plan, "k8s", image=image, nodes=self._node_map("k8s_node")))
+            text = export(plan, "k8s", image=image, nodes=self._node_map("k8s_node"))
         except ValueError as exc:
             self.notify(" ".join(str(exc).split()), severity="error")
             return
-        self.notify(f"wrote {path} ({plan.world_size} ranks)")
+
+        def write(path: Path) -> None:
+            try:
+                written = write_text(path, text)
+            except (OSError, ValueError) as exc:  # FileError: a folder, FIFO, device or an input
+                self.notify(" ".join(str(exc).split()), severity="error")
+                return
+            self.notify(f"wrote {written} ({plan.world_size} ranks)")
+
+        sol = self.session.current
+        stale = "STALE: labels or fabric changed since this solution" if sol is not None and self.session.is_stale(sol) else ""
+        ask_path_then(self.app, "Write the Kubernetes manifests to", K8S_FILE, write, note=stale)
 
     @work(exclusive=True, exit_on_error=False, group="launch", description="launch through Slurm")
     async def run_slurm(self, plan: Any) -> None:

@@ -18,7 +18,7 @@ from geoconsole.session import Solution
 from screens.base import ConsoleScreen
 from screens.statusbar import StatusBar
 from screens.tabs import ScreenTabs
-from screens.dialogs import PathDialog
+from screens.dialogs import PathDialog, ask_path_then
 from screens.widgets import StageLocality, advice_text, grid_rows, region_colours, warning_style
 from solver.fabric import Device, write_atomic
 
@@ -235,18 +235,17 @@ class RankMapScreen(ConsoleScreen):
             self.notify("no solution to export", severity="warning")
             return
 
-        def write(path: str | None) -> None:
-            if not path:
-                return
+        def write(path: Path) -> None:
             try:
-                self.export(Path(path), sol)
+                self.export(path, sol)
             except (OSError, ValueError) as exc:  # FileError: a folder, FIFO, device or an input
                 self.notify(" ".join(str(exc).split()), severity="error")
                 return
             self.app.copy_to_clipboard(sol.rank_map_text())
             self.notify(f"wrote {path}; {sol.rank_map_text()[:60]}... (copied)")
 
-        self.app.push_screen(PathDialog("Export rank map (JSON) to", "rank_map.json"), write)
+        stale = "STALE: labels or fabric changed since this solution" if self.session.is_stale(sol) else ""
+        ask_path_then(self.app, "Export rank map (JSON) to", "rank_map.json", write, note=stale)
 
     def export(self, path: Path, sol: Solution) -> None:
         s = self.session

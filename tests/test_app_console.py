@@ -191,6 +191,39 @@ async def test_save_as_asks_for_a_path_then_ctrl_s_reuses_it(tmp_path):
         assert "Save session as" in titles
 
 
+async def test_save_as_onto_an_existing_file_asks_first(tmp_path):
+    app = demo_app()
+    victim = tmp_path / "rank_map.json"
+    victim.write_text('{"rank_map": [0]}')
+    async with app.run_test(size=SIZE) as pilot:
+        for answer, kept in (("n", True), ("y", False)):
+            app.screen.set_focus(None)
+            await pilot.press("f2")
+            await pilot.pause()
+            app.screen.query_one("#path", Input).value = str(victim)
+            await pilot.press("enter")
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmDialog) and "Overwrite rank_map.json?" in app.screen.title_text
+            await pilot.press(answer)
+            await pilot.pause()
+            assert (victim.read_text() == '{"rank_map": [0]}') == kept
+        assert app.session.path == victim
+
+
+async def test_confirmations_focus_no():
+    """A stray Enter in a dialog whose yes quits, launches or overwrites answers no."""
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        app.dirty = True
+        app.screen.set_focus(None)
+        await pilot.press("q")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmDialog) and app.screen.focused.id == "no"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.is_running and not isinstance(app.screen, ConfirmDialog)
+
+
 async def test_palette_offers_other_screens_actions_and_runs_them_there():
     app = demo_app()
     async with app.run_test(size=SIZE) as pilot:

@@ -8,6 +8,7 @@ from support import demo_app, region_pipelines, with_solutions
 from textual.widgets import Input
 
 from geoconsole.launch.k8s import documents
+from screens.dialogs import ConfirmDialog, PathDialog
 
 SIZE = (140, 40)
 
@@ -34,11 +35,27 @@ async def test_v_cycles_the_routes_and_shows_what_leaves_the_console(tmp_path, m
         await pilot.pause()
         assert screen.query_one("#launch-image").display
         screen.query_one("#launch-image", Input).value = "registry.example/train:2"
-        await pilot.press("l")
+        await pilot.press("l")  # asks where, geoconsole-k8s.yaml offered
         await pilot.pause()
-        docs = documents((tmp_path / "geoconsole-k8s.yaml").read_text())
+        assert isinstance(app.screen, PathDialog) and app.screen.query_one("#path", Input).value == "geoconsole-k8s.yaml"
+        await pilot.press("enter")
+        await pilot.pause()
+        target = tmp_path / "geoconsole-k8s.yaml"
+        docs = documents(target.read_text())
         assert len([d for d in docs if d["kind"] == "Pod"]) == 64
         assert json.dumps(docs).count("registry.example/train:2") == 64
+        target.write_text(target.read_text() + "# my edits\n")
+        await pilot.press("l", "enter")  # the file exists now: asked first, No focused
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmDialog) and app.screen.focused.id == "no"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert target.read_text().endswith("# my edits\n")  # kept
+        await pilot.press("l", "enter")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+        assert not target.read_text().endswith("# my edits\n")  # replaced after the yes
         await pilot.press("v")
         await pilot.pause()
         assert screen.via == "ssh" and not screen.query_one("#launch-image").display
