@@ -120,15 +120,21 @@ def solution_with_document(value: str, fabric):
     return fabric, ranks, doc
 
 
-def solved_shape(doc: Any) -> tuple[int, int] | None:
+def solved_shape(doc: Any, source: str = "rank map") -> tuple[int, int] | None:
     """``(D_PP, D_DP)`` of the workload a solve --json document was solved for, or None
-    (no document, or no such workload)."""
-    w = doc.get("workload") if isinstance(doc, dict) else None
-    if not isinstance(w, dict):
+    (no document, or one without a ``workload``). A ``workload`` that is there but
+    holds no whole D_PP and D_DP of at least 1 is an InputError naming the field: scored
+    under a guessed shape, its ranks would mean other stage groups."""
+    if not isinstance(doc, dict) or "workload" not in doc:
         return None
-    pp, dp = w.get("d_pp"), w.get("d_dp")
-    ok = all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in (pp, dp))
-    return (pp, dp) if ok else None
+    w = doc["workload"]
+    if not isinstance(w, dict):
+        raise InputError(f"{source}: workload: expected an object with d_pp and d_dp")
+    for key in ("d_pp", "d_dp"):
+        x = w.get(key)
+        if not (isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= MAX_RANKS):
+            raise InputError(f"{source}: workload.{key}: expected a whole number of at least 1, got {str(x)[:40]}")
+    return w["d_pp"], w["d_dp"]
 
 
 def shape_for(doc: Any, source: str, pp: int | None, dp: int | None, *,
@@ -138,7 +144,7 @@ def shape_for(doc: Any, source: str, pp: int | None, dp: int | None, *,
     there is no document). A rank's stage and replica follow from the shape, so a map
     solved for one shape means other stage groups under another: InputError, naming the
     ``--pp``/``--dp`` flags or (``flags=False``: the console) the shape asked for."""
-    shape = solved_shape(doc)
+    shape = solved_shape(doc, source)
     if shape is None:
         return pp, dp
     if pp is None and dp is None:

@@ -76,6 +76,9 @@ def ask_path_then(app, title: str, default: str, write: Callable[[Path], None], 
     def chosen(text: str | None) -> None:
         if not text:
             return
+        if text.endswith("/"):  # Path drops the slash: the file it names would be written
+            app.notify(f"{text}: ends with '/', which names a folder; give a file", severity="error")
+            return
         path = Path(text).expanduser()
         if path.is_file():
             body = (note + "\n" if note else "") + f"{path} exists; writing replaces what it holds."

@@ -136,6 +136,15 @@ def test_compare_seeds_records_each_seed(files):
     assert doc["advice"] == []  # the fabric's regions lead every seed to the same layout
 
 
+def test_compare_seeds_stay_within_the_seed_range(files):
+    top = 2**64 - 1
+    r = run("solve", "-m", files["regions"], *W44, "--seed", str(top - 1), "--compare-seeds", "3")
+    assert r.exit_code == 2 and r.stderr.startswith("error: --compare-seeds 3: with --seed") and "Traceback" not in r.output
+    doc = json.loads(run("solve", "-m", files["regions"], *W44, "--json", "--seed", str(top - 1), "--budget", "2000",
+                         "--compare-seeds", "2").stdout)
+    assert [s["seed"] for s in doc["seeds"]] == [top - 1, top]
+
+
 def test_seeds_that_land_apart_are_reported(files):
     r = run("solve", "-m", files["random"], "--pp", "4", "--dp", "8", "--c-pp", "0.5", "--c-dp", "0.5",
             "--baseline-samples", "0", "--budget", "5000", "--compare-seeds", "4", "--json")

@@ -354,6 +354,14 @@ def test_score_takes_the_shape_of_a_solve_document(ww_path, tmp_path):
     checked = run("validate", "--matrix", ww_path, "-i", tmp_path / "none.toml", "--c-pp", "0.512",
                   "--c-dp", "0.65", "-r", saved, "--pp", "8")
     assert checked.exit_code == 2 and "was solved for D_PP 4 x D_DP 16" in checked.output, checked.output
+    doc = json.loads(solved.stdout)
+    for bad, why in (({"d_pp": -4, "d_dp": -16}, "workload.d_pp"), ({"d_pp": 4.0, "d_dp": 16}, "workload.d_pp"),
+                     ({"d_pp": 4, "d_dp": "16"}, "workload.d_dp"), (None, "workload: expected an object")):
+        saved.write_text(json.dumps({**doc, "workload": bad}))  # scored under a guessed shape before
+        for flags in ([], ["--pp", "64", "--dp", "1"]):
+            line = one_line_error(run("score", "--matrix", ww_path, "--c-pp", "0.512", "--c-dp", "0.65",
+                                      "-r", saved, *flags))
+            assert why in line and "solution.json" in line, line
 
 
 @pytest.mark.parametrize("flag", ["--time-limit", "--c-pp"])

@@ -535,6 +535,19 @@ def test_empty_path_flag(tmp_path, name):
     assert "directory" not in line
 
 
+@pytest.mark.parametrize("command", [["labels", "set", "-m", "F", "--host", "h1", "--region", "zz", "-o", "OUT/"],
+                                     ["export", "-m", "F", "-r", "0,1,2,3", "-f", "json", "-o", "OUT/"],
+                                     ["solve", "--matrix", "F", *SOLVE, "--record", "OUT/"]])
+def test_an_output_path_ending_in_a_slash_is_refused_and_the_file_kept(tmp_path, command):
+    """``Path('out.json/')`` is ``out.json``: the slash named a folder, the file was replaced."""
+    fabric = _small_fabric_file(tmp_path)
+    out = tmp_path / "o.json"
+    out.write_text("mine")
+    args = [{"F": str(fabric), "OUT/": f"{out}/"}.get(a, a) for a in command]
+    expect_one_line(tmp_path, args, 2, "ends with '/'")
+    assert out.read_text() == "mine"
+
+
 LAUNCH_FLAGS = {
     "env without equals": (["--env", "NOEQUALS"], "--env"),
     "port zero": (["--port", "0"], "--port"),

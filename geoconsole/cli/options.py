@@ -3,18 +3,23 @@ that turn them into core objects."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
 
 
 def cli_path(value) -> Path:
-    """A path flag's value. An empty one is refused: ``Path('')`` is the current folder,
-    which would be reported as a folder where a file was meant."""
+    """A path flag's value: a file. An empty one is refused (``Path('')`` is the current
+    folder), and so is one that ends with ``/``, which names a folder: ``Path`` drops
+    that slash, and a write to ``out.json/`` replaced the file ``out.json``."""
     if isinstance(value, Path):
         return value
-    if not str(value).strip():
+    text = str(value)
+    if not text.strip():
         raise typer.BadParameter("empty path")
+    if text.endswith(("/", os.sep)):
+        raise typer.BadParameter(f"{text!r} ends with '/', which names a folder; give a file")
     return Path(value)
 
 

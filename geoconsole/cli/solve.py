@@ -150,6 +150,9 @@ def solve_command(
     from geoconsole.report import format_solve, solve_json
     from geoconsole.solving import SolveOptions, cost_model
 
+    if seed + compare_seeds - 1 > MAX_SEED:  # the compared seeds must be ones --seed takes
+        raise UserError(f"--compare-seeds {compare_seeds}: with --seed {seed} it runs seeds up to "
+                        f"{seed + compare_seeds - 1}, past the largest seed {MAX_SEED}")
     if record is not None:  # before the search, not after it
         from geoconsole.records import check_record_path
 
