@@ -597,3 +597,32 @@ def test_an_exported_torchrun_script_treats_hostile_names_as_data(tmp_path):
         args = [x.split("] ", 1)[1] for x in mine]
         assert "arg:--" in args and args[args.index("arg:--") + 1].endswith(host)  # -- before the destination
         assert f"[rank {rank} {host}] line two" in mine  # the CR is dropped, the prefix is literal
+
+
+def test_an_exported_torchrun_script_offers_the_inventorys_identity(tmp_path):
+    """The console's SSH uses a host's identity; the exported script passes it with -i
+    (as one argument, whatever its characters); a host without one gets no -i."""
+    doc = small_fabric()
+    doc["devices"] = [{"host": f"h{i // 2 + 1}", "gpu": i % 2} for i in range(4)]
+    fabric = tmp_path / "f.json"
+    fabric.write_text(json.dumps(doc))
+    key = tmp_path / "my key $(touch PWNED).pem"
+    inventory = tmp_path / "inv.toml"
+    inventory.write_text(f'[[hosts]]\nname = "h1"\naddress = "10.0.0.1"\nidentity = {json.dumps(str(key))}\n'
+                         '[[hosts]]\nname = "h2"\naddress = "10.0.0.2"\n')
+    script = tmp_path / "run.sh"
+    result = CliRunner().invoke(app, ["--headless", "export", "--matrix", str(fabric), "-r", "0,1,2,3", "-i",
+                                      str(inventory), "--format", "torchrun", "-o", str(script), "--", "train.py"])
+    assert result.exit_code == 0, result.output
+    stub = tmp_path / "ssh"
+    stub.write_text('#!/bin/sh\nfor a in "$@"; do printf "arg:%s\\n" "$a"; done\n')
+    stub.chmod(0o755)
+    run = subprocess.run(["bash", str(script)], cwd=tmp_path, env={**os.environ, "SSH": str(stub)},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    for rank, host in enumerate(["h1", "h1", "h2", "h2"]):
+        args = [x.split("] ", 1)[1] for x in run.stdout.splitlines() if x.startswith(f"[rank {rank} {host}] ")]
+        assert ("arg:-i" in args) == (host == "h1"), args
+        if host == "h1":
+            assert args[args.index("arg:-i") + 1] == f"arg:{key}"
+    assert not (tmp_path / "PWNED").exists()

@@ -156,10 +156,11 @@ prefix() {{
         printf '%s %s\\n' "$1" "${{line%$'\\r'}}"
     done
 }}
-# launch RANK HOST GPU DEVICE DESTINATION SSH_PORT REMOTE_COMMAND
-# SSH overrides the ssh command and its options, e.g. SSH="ssh -i ~/.ssh/train_key".
+# launch RANK HOST GPU DEVICE DESTINATION SSH_PORT REMOTE_COMMAND [IDENTITY_FILE]
+# SSH overrides the ssh command and its options, e.g. SSH="ssh -o ConnectTimeout=10";
+# the inventory's identity of a host comes as the eighth argument (ssh -i).
 launch() {{
-    ${{SSH:-ssh}} -tt -o BatchMode=yes -p "$6" -- "$5" "$7" \\
+    ${{SSH:-ssh}} ${{8:+-i "$8"}} -tt -o BatchMode=yes -p "$6" -- "$5" "$7" \\
         > >(prefix "[rank $1 $2]") 2>&1 < /dev/null &
     pids+=($!)
 }}
@@ -188,7 +189,7 @@ def export_torchrun(plan: LaunchPlan) -> str:
         dest = f"{h.user}@{h.address}" if h is not None and h.user else p.address
         port = h.port if h is not None else 22
         args = [str(p.rank), p.host, _gpu_text(p.gpu), str(p.device), dest, str(port),
-                p.shell_command(plan.workdir)]
+                p.shell_command(plan.workdir)] + ([h.identity] if h is not None and h.identity else [])
         lines.append("launch " + " ".join(quote(a) for a in args) + "\n")
     lines.append(_SCRIPT_TAIL)
     return "".join(lines)
@@ -219,9 +220,9 @@ def parse_torchrun(text: str, source: str = "<torchrun script>") -> list[RankSlo
             words = shlex.split(line)
         except ValueError as exc:
             raise ExportError(f"{where}: {exc}") from None
-        if len(words) != 8:
-            raise ExportError(f"{where}: expected launch RANK HOST GPU DEVICE DEST PORT COMMAND")
-        _, rank, host, gpu, device, _dest, _port, remote = words
+        if len(words) not in (8, 9):
+            raise ExportError(f"{where}: expected launch RANK HOST GPU DEVICE DEST PORT COMMAND [IDENTITY]")
+        _, rank, host, gpu, device, _dest, _port, remote = words[:8]
         if not rank.isdigit() or not device.isdigit():
             raise ExportError(f"{where}: rank and device must be whole numbers")
         try:

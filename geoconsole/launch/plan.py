@@ -64,6 +64,9 @@ class LaunchHost:
         Where SSH connects, and the rendezvous address when this host runs rank 0.
     data_address:
         The address other ranks use to reach this host, when it differs from ``address``.
+    identity:
+        The private key file ssh offers (the inventory's ``identity``); exported
+        scripts pass it with ``-i``, the console's own SSH takes it from the inventory.
     interface:
         The data interface (``NCCL_SOCKET_IFNAME`` / ``GLOO_SOCKET_IFNAME``); ``None``
         leaves it to the libraries, or to the launcher's ``ip route get`` lookup.
@@ -76,6 +79,8 @@ class LaunchHost:
     python: str = "python3"
     interface: str | None = None
     data_address: str | None = None
+    #: The private key ssh offers (the inventory's ``identity``), for exported scripts.
+    identity: str | None = None
 
     @property
     def rendezvous_address(self) -> str:
@@ -92,6 +97,7 @@ class LaunchHost:
             python=str(getattr(host, "python", None) or "python3"),
             interface=getattr(host, "interface", None),
             data_address=getattr(host, "data_address", None),
+            identity=getattr(host, "identity", None),
         )
 
 
