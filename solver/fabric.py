@@ -335,6 +335,62 @@ def _parse_devices(raw: Any, n: int, src: str) -> tuple[Device, ...]:
     return tuple(out)
 
 
+#: The per-pair tables a fabric may carry besides alpha and beta, each ``n x n``: the
+#: type of every entry (probe sweeps, estimates and inferences write them).
+_PAIR_TABLES = {"estimated": "booleans", "inferred": "booleans", "fit_r2": "numbers or nulls",
+                "inferred_spread": "numbers or nulls", "fit_flag": "strings or nulls",
+                "probe_interface": "strings or nulls", "estimate_basis": "strings or nulls",
+                "inferred_basis": "strings or nulls"}
+
+
+def _entry_ok(x: Any, kind: str) -> bool:
+    if kind == "booleans":
+        return isinstance(x, bool)
+    if x is None:
+        return True
+    if kind == "numbers or nulls":
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+    return isinstance(x, str)
+
+
+def _check_pair_tables(doc: dict, n: int, source: str) -> None:
+    """Each per-pair table of ``doc`` (``_PAIR_TABLES``) is ``n x n`` entries of its
+    type, else FabricError naming the field and the first bad row or entry: a table of
+    another shape was carried into ``select``'s output and refused only by a later
+    command. O(n^2) per table."""
+    for key, kind in _PAIR_TABLES.items():
+        raw = doc.get(key)
+        if raw is None:
+            continue
+        if not isinstance(raw, list) or len(raw) != n:
+            got = f"{len(raw)} rows" if isinstance(raw, list) else type(raw).__name__
+            raise FabricError(f"{source}: {key}: expected {n} x {n} {kind}, got {got}")
+        for i, row in enumerate(raw):
+            if not isinstance(row, list) or len(row) != n:
+                got = f"{len(row)} entries" if isinstance(row, list) else type(row).__name__
+                raise FabricError(f"{source}: {key}[{i}]: expected {n} {kind}, got {got}")
+            if not all(_entry_ok(x, kind) for x in row):
+                j = next(j for j, x in enumerate(row) if not _entry_ok(x, kind))
+                raise FabricError(f"{source}: {key}[{i}][{j}]: expected {kind[:-1] if kind == 'booleans' else kind}, "
+                                  f"got {str(row[j])[:40]!r}")
+
+
+def _check_timestamp(value: Any, source: str) -> None:
+    """``measured_at``: an ISO 8601 time (``2026-12-01T10:00:00Z``), else FabricError:
+    a launch's --strict check and the measurement's age read it."""
+    from datetime import datetime
+
+    ok = isinstance(value, str) and len(value) <= 64
+    if ok:
+        try:
+            datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            ok = False
+    if not ok:
+        raise FabricError(f"{source}: measured_at: expected an ISO 8601 timestamp such as 2026-12-01T10:00:00Z, "
+                          f"got {str(value)[:40]!r}")
+
+
 def fabric_from_json(doc: Any, source: str = "<fabric>") -> Fabric:
     """Build and validate a Fabric from a parsed JSON document."""
     if not isinstance(doc, dict):
@@ -362,8 +418,9 @@ def fabric_from_json(doc: Any, source: str = "<fabric>") -> Fabric:
     if not isinstance(meta, dict):
         raise FabricError(f"{source}: meta: expected an object")
     measured_at = doc.get("measured_at")
-    if measured_at is not None and not isinstance(measured_at, str):
-        raise FabricError(f"{source}: measured_at: expected a timestamp string")
+    if measured_at is not None:
+        _check_timestamp(measured_at, source)
+    _check_pair_tables(doc, n, source)
     known = {"labels", "alpha_ms", "beta_gbps", "devices", "meta", "measured_at"}
     extras = {k: v for k, v in doc.items() if k not in known}
     return Fabric(alpha, beta, tuple(labels), devices, measured_at, meta, extras, source)
