@@ -260,7 +260,7 @@ class GeoConsoleApp(App[int]):
         for mode, screen_class in self.MODES.items():
             here = isinstance(screen, screen_class)
             for title, help_text, action in getattr(screen_class, "COMMANDS_", ()):
-                where = "" if here else f" [{titles[mode]}]"
+                where = "" if here else f" ({titles[mode]})"  # brackets would be read as markup
                 yield SystemCommand(f"{title}{where}", help_text, lambda m=mode, a=action: self.run_on(m, a))
 
     def run_on(self, mode: str, action: str) -> None:

@@ -73,8 +73,10 @@ class Solution:
         self.rank_map = np.asarray(self.rank_map, dtype=int)
 
     def rank_map_text(self) -> str:
-        """The ``rank_map=(...)`` form other launchers take."""
-        return "rank_map=(" + ",".join(str(int(r)) for r in self.rank_map) + ")"
+        """The ``rank_map=(...)`` form ``solve`` prints (a bash array: ranks apart by spaces)."""
+        from geoconsole.report import format_rank_map
+
+        return format_rank_map(self.rank_map)
 
     def to_json(self) -> dict[str, Any]:
         return {

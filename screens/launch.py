@@ -24,7 +24,7 @@ from screens.fields import Field
 from screens.statusbar import StatusBar
 from screens.tabs import ScreenTabs
 from screens.dialogs import ConfirmDialog, ask_path_then
-from screens.widgets import advice_text, warning_style
+from screens.widgets import STALE_NOTE, advice_text, warning_style
 
 DEFAULT_COMMAND = "train.py"
 MODES = ("torchrun", "env")
@@ -151,7 +151,7 @@ class LaunchScreen(ConsoleScreen):
         text = Text()
         text.append(f"Plan for {sol.name}", style="bold")
         if s.is_stale(sol):
-            text.append("  STALE: labels or fabric changed since this solution", style=warning_style(self.app))
+            text.append(f"  {STALE_NOTE}", style=warning_style(self.app))
         text.append(f"\nmaster {plan.master_host} ({plan.master_addr}:{plan.master_port}), "
                     f"{plan.world_size} ranks on {len(plan.by_host())} hosts, mode {plan.mode} (m), {plan.backend}")
         if self.via != "ssh":
@@ -228,7 +228,7 @@ class LaunchScreen(ConsoleScreen):
             self.notify(f"wrote {written} ({plan.world_size} ranks)")
 
         sol = self.session.current
-        stale = "STALE: labels or fabric changed since this solution" if sol is not None and self.session.is_stale(sol) else ""
+        stale = STALE_NOTE if sol is not None and self.session.is_stale(sol) else ""
         ask_path_then(self.app, "Write the Kubernetes manifests to", K8S_FILE, write, note=stale)
 
     @work(exclusive=True, exit_on_error=False, group="launch", description="launch through Slurm")

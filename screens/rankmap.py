@@ -19,7 +19,7 @@ from screens.base import ConsoleScreen
 from screens.statusbar import StatusBar
 from screens.tabs import ScreenTabs
 from screens.dialogs import PathDialog, ask_path_then
-from screens.widgets import StageLocality, advice_text, grid_rows, region_colours, warning_style
+from screens.widgets import STALE_NOTE, StageLocality, advice_text, grid_rows, region_colours, warning_style
 from solver.fabric import Device, write_atomic
 
 
@@ -145,7 +145,7 @@ class RankMapScreen(ConsoleScreen):
         else:
             text.append("\nDataP is 0: no device sets it")
         if stale:
-            text.append("\nSTALE: labels or fabric changed since this solution; solve again.", style=warning_style(self.app))
+            text.append(f"\n{STALE_NOTE}; solve again.", style=warning_style(self.app))
         if sol.advice:
             text.append("\n").append(advice_text(sol.advice, {"poor-device": "x: leave it out"}))
         return text
@@ -244,7 +244,7 @@ class RankMapScreen(ConsoleScreen):
             self.app.copy_to_clipboard(sol.rank_map_text())
             self.notify(f"wrote {path}; {sol.rank_map_text()[:60]}... (copied)")
 
-        stale = "STALE: labels or fabric changed since this solution" if self.session.is_stale(sol) else ""
+        stale = STALE_NOTE if self.session.is_stale(sol) else ""
         ask_path_then(self.app, "Export rank map (JSON) to", "rank_map.json", write, note=stale)
 
     def export(self, path: Path, sol: Solution) -> None:

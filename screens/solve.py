@@ -28,7 +28,7 @@ from screens.statusbar import StatusBar, solve_eta, solve_running
 from screens.tabs import ScreenTabs
 from screens.messages import Activity, SessionChanged
 from screens.solve_widgets import Histogram, SolveOptions, WorkloadForm, sparkline_data
-from screens.widgets import advice_text
+from screens.widgets import STALE_NOTE, advice_text
 
 #: Seconds between progress messages; the solver may call back far more often.
 PROGRESS_INTERVAL_S = 0.1
@@ -314,7 +314,7 @@ class SolveScreen(ConsoleScreen):
         self.query_one("#solve-axis", Static).update(
             f"best Comm over {sol.elapsed_s:.1f} s: {values[0]:.2f} s -> {values[-1]:.2f} s{flat}{bound}"
         )
-        stale = "   STALE: labels or fabric changed since" if self.session.is_stale(sol) else ""
+        stale = f"   {STALE_NOTE}; solve again." if self.session.is_stale(sol) else ""
         self.query_one("#solve-status", Static).update(self._status_text(
             sol.fun, sol.nit, sol.nfev, sol.elapsed_s, "done",
             done=f"{sol.name}: {note or sol.message}{stale}  (r: review)", found_by=sol.found_by,

@@ -9,6 +9,9 @@ from textual.widgets import Static
 from screens.adapters import locality_words
 from solver.fabric import Device
 
+#: What every screen says of a solution whose fabric or labels changed since it was solved.
+STALE_NOTE = "STALE: labels or fabric changed since this solution"
+
 #: Colours for regions (by first appearance) in grids and lists.
 REGION_COLOURS = (
     "#5fafff", "#ffaf5f", "#87d75f", "#ff5f87", "#af87ff", "#5fd7d7", "#d7d75f", "#d787af",
@@ -58,7 +61,7 @@ class StageLocality(Static):
             return
         text = Text()
         if stale:
-            text.append("STALE: labels or fabric changed since this solution; solve again.\n", style=warning_style(self.app))
+            text.append(f"{STALE_NOTE}; solve again.\n", style=warning_style(self.app))
         for s, rows in enumerate(stage_groups(rank_map, d_pp)):
             words = locality_words(devices, rows)
             text.append(f"stage {s}: ", style="bold")

@@ -225,15 +225,25 @@ async def test_confirmations_focus_no():
 
 
 async def test_palette_offers_other_screens_actions_and_runs_them_there():
+    from support import wait_until
+    from textual.command import CommandList
+
     app = demo_app()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         commands = {c.title: c for c in app.get_system_commands(app.screen)}
         assert "Alpha" not in commands  # sanity: titles are the COMMANDS_ titles
-        for title in ("Show latency alpha", "Solve placement [Solve]", "Export rank map [Rank map]",
-                      "Mark row [Labels]", "Connect all hosts [Fleet]", "Launch the job [Launch]"):
+        for title in ("Show latency alpha", "Solve placement (Solve)", "Export rank map (Rank map)",
+                      "Mark row (Labels)", "Connect all hosts (Fleet)", "Launch the job (Launch)"):
             assert title in commands
-        commands["Toggle diff [Rank map]"].callback()
+        await pilot.press("6", "ctrl+p", *"export")  # as shown in the palette, the tag too
+        await pilot.pause()
+        await wait_until(lambda: app.screen.query(CommandList) and app.screen.query_one(CommandList).option_count)
+        shown = str(app.screen.query_one(CommandList).get_option_at_index(0).prompt)
+        assert shown.startswith("Export rank map (Rank map)"), shown
+        await pilot.press("escape")
+        await pilot.pause()
+        commands["Toggle diff (Rank map)"].callback()
         await pilot.pause()
         await pilot.pause()
         assert app.current_mode == "rankmap"
