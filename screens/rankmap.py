@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from rich.cells import cell_len
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
@@ -162,7 +163,10 @@ class RankMapScreen(ConsoleScreen):
         compact = compact or self.compact
         names = [str(i) for i in range(len(devices))] if self.compact else short_names(devices)
         colours = region_colours(devices)
-        table = Table(title=title, title_justify="left", box=None, padding=(0, 1), show_edge=False)
+        # at least as wide as the title: a title Rich wraps makes this grid one line taller
+        # than the one beside it, and the diff's rows stop lining up
+        table = Table(title=title, title_justify="left", box=None, padding=(0, 1), show_edge=False,
+                      min_width=cell_len(title))
         table.add_column("", style="bold")
         for stage in range(w.d_pp):
             table.add_column(f"s{stage}" if compact else f"stage {stage}", no_wrap=True)

@@ -280,6 +280,14 @@ async def test_diff_shows_the_previous_solution_side_by_side():
         cells = [cell for column in grid.columns[1:] for cell in column._cells]
         changed = [c for c in cells if "underline" in str(c.style)]
         assert 0 < len(changed) <= 64
+        # the two grids' rows line up: r0 beside r0 (a wrapped title pushed one down a line;
+        # with device numbers, c, the grids are narrower than the other's title)
+        await pilot.press("c")
+        for size in ((160, 50), (80, 24)):
+            await pilot.resize_terminal(*size)
+            await pilot.pause()
+            left, right = app.screen.query_one("#rankmap-grid"), app.screen.query_one("#rankmap-other")
+            assert left.region.height == right.region.height == 1 + 1 + 8, (size, left.region, right.region)
 
 
 async def test_export_writes_json_and_rank_map_text(tmp_path):
