@@ -580,7 +580,8 @@ class Heatmap(Widget, can_focus=True):
             if base == -1:
                 out.append(Segment(UNMEASURED_GLYPH * lay.cell, Style(color=bg, bgcolor=self.colour(-2))))
                 continue
-            text = cell_value(float(lay.values[r, c])) if middle and lay.cell >= VALUE_CELL and base >= 0 else ""
+            under = int(lay.colour[r, c]) if index == -4 else base  # the cursor's cell shows its value too
+            text = cell_value(float(lay.values[r, c])) if middle and lay.cell >= VALUE_CELL and under >= 0 else ""
             if text:
                 dark = _luminance(bg) < 0.45
                 out.append(Segment(text.center(lay.cell), Style(color="#ffffff" if dark else "#000000", bgcolor=bg, bold=True)))

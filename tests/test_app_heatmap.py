@@ -122,6 +122,14 @@ async def test_zoom_pans_with_the_cursor_shows_values_and_keeps_the_pair_on_resi
         assert heatmap.view[1] <= c < heatmap.view[1] + heatmap.visible()[1]  # the window followed
         lines = "".join(seg.text for y in range(heatmap.size.height) for seg in heatmap.render_line(y))
         assert " 5 " in lines or "67" in lines  # values printed in the cells
+        # the cursor's own cell prints its value too (it was left blank)
+        from screens.heatmap_view import cell_value
+
+        value = cell_value(float(lay.values[r, c]))
+        cursor = heatmap.colour(-4)
+        under = [seg.text for y in range(heatmap.size.height) for seg in heatmap.render_line(y)
+                 if seg.style is not None and seg.style.bgcolor is not None and seg.style.bgcolor.name == cursor]
+        assert under and value.strip() in [t.strip() for t in under], (value, under)
         pair = (int(lay.blocks[r][0]), int(lay.blocks[c][0]))
         await pilot.resize_terminal(160, 48)
         await pilot.pause()
