@@ -230,6 +230,10 @@ class Session:
     known_hosts: str | None = None
     #: Region / zone / network group per host and per GPU, with their sources.
     labels: LabelSet = field(default_factory=LabelSet)
+    #: The Solve form's options of the last solve (seed, budget, time_limit, restarts).
+    solve_options: dict[str, Any] = field(default_factory=dict)
+    #: The Launch screen's training command as typed (None: the screen's default).
+    launch_command: str | None = None
 
     def __post_init__(self) -> None:
         if self.fabric is not None:
@@ -355,6 +359,8 @@ class Session:
             "fabric_source": None if self.fabric is None else self.fabric.source,
             "labels": self.labels.to_json(),
             "solutions": [s.to_json() for s in self.solutions],
+            "solve_options": dict(self.solve_options),
+            "launch_command": self.launch_command,
         }
 
     def save(self, path: str | Path) -> Path:
@@ -407,6 +413,11 @@ def session_from_json(doc: Any, source: str) -> Session:
             raise SessionError(f"{source}: solutions[{i}].workload: D_PP {s.workload.d_pp} x D_DP "
                                f"{s.workload.d_dp} does not fit its {len(s.rank_map)} ranks")
     inventory = doc.get("inventory")
+    command = doc.get("launch_command")
+    if command is not None and (not isinstance(command, str) or len(command) > MAX_COMMAND_CHARS
+                                or not command.isprintable()):
+        raise SessionError(f"{source}: launch_command: expected one printable line of at most "
+                           f"{MAX_COMMAND_CHARS} characters")
     return Session(
         fabric=fabric,
         workload=workload,
@@ -416,7 +427,39 @@ def session_from_json(doc: Any, source: str) -> Session:
         name=str(doc.get("name") or "session"),
         known_hosts=None if doc.get("known_hosts") is None else str(doc["known_hosts"]),
         labels=labels,
+        solve_options=_solve_options(doc.get("solve_options"), f"{source}: solve_options"),
+        launch_command=command,
     )
+
+
+#: Longest training command a session keeps.
+MAX_COMMAND_CHARS = 4096
+
+
+def _solve_options(value: Any, where: str) -> dict[str, Any]:
+    """The Solve form's saved options, each checked against the CLI's limits (absent or
+    null ones are left out: the form's defaults)."""
+    from geoconsole.solving import MAX_RESTARTS, MAX_SEED, MAX_TIME_LIMIT_S, MIN_TIME_LIMIT_S
+
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SessionError(f"{where}: expected an object")
+    unknown = sorted(set(value) - {"seed", "budget", "time_limit", "restarts"})
+    if unknown:
+        raise SessionError(f"{where}: unknown field {unknown[0]!r}")
+    out: dict[str, Any] = {}
+    for key, top in (("seed", MAX_SEED), ("budget", 1 << 62), ("restarts", MAX_RESTARTS)):
+        if value.get(key) is not None:
+            if _whole(value[key], f"{where}.{key}") > top:
+                raise SessionError(f"{where}.{key}: at most {top}, got {value[key]}")
+            out[key] = value[key]
+    if value.get("time_limit") is not None:
+        t = _number(value["time_limit"], f"{where}.time_limit")
+        if not MIN_TIME_LIMIT_S <= t <= MAX_TIME_LIMIT_S:
+            raise SessionError(f"{where}.time_limit: must be {MIN_TIME_LIMIT_S:g} to {MAX_TIME_LIMIT_S:g}, got {t:g}")
+        out["time_limit"] = t
+    return out
 
 
 #: Largest session file read (a 4096-device fabric with a few solutions fits).

@@ -21,6 +21,7 @@ from textual.widgets import Footer, Input, Label, Log, Static
 
 from screens.base import ConsoleScreen
 from screens.fields import Field
+from screens.messages import SessionChanged
 from screens.statusbar import StatusBar
 from screens.tabs import ScreenTabs
 from screens.dialogs import ConfirmDialog, ask_path_then
@@ -56,7 +57,7 @@ class LaunchScreen(ConsoleScreen):
     AUTO_FOCUS = "#launch-plan"
     BINDINGS = [
         Binding("m", "cycle_mode", "Mode"),
-        Binding("v", "cycle_via", "Via", show=False),
+        Binding("v", "cycle_via", "Via"),
         Binding("l", "launch", "Launch"),
         Binding("a", "abort", "Abort"),
     ]
@@ -90,6 +91,10 @@ class LaunchScreen(ConsoleScreen):
         yield Footer()
 
     def on_input_submitted(self) -> None:
+        typed = self.query_one("#launch-command", Input).value
+        if typed != (self.session.launch_command or DEFAULT_COMMAND):  # kept with the session: unsaved now
+            self.session.launch_command = typed
+            self.post_message(SessionChanged("training command set"))
         self.show_session()
 
     def _show_image_field(self) -> None:
@@ -137,6 +142,9 @@ class LaunchScreen(ConsoleScreen):
         log.clear()
         self.plan = None
         s = self.session
+        if s is not getattr(self, "_filled", None):  # a new session: its saved training command
+            self._filled = s
+            self.query_one("#launch-command", Input).value = s.launch_command or DEFAULT_COMMAND
         sol = s.current
         if sol is None or s.fabric is None:
             summary.update("No solution yet: the plan appears once a rank map is solved.")

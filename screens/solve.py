@@ -123,7 +123,7 @@ class SolveScreen(ConsoleScreen):
         if self.session.workload is not getattr(self, "_filled", None):
             # A new session (or a sweep) brought its own workload: show it in the form.
             self._filled = self.session.workload
-            self.query_one(WorkloadForm).fill(self.session.workload)
+            self.query_one(WorkloadForm).fill(self.session.workload, **self.session.solve_options)
         sol = self.session.current
         if sol is not None:
             self._show_solution(sol)
@@ -159,6 +159,8 @@ class SolveScreen(ConsoleScreen):
             return
         error.update("")
         self.session.workload = self._filled = options.workload
+        chosen = dict(seed=options.seed, budget=options.budget, time_limit=options.time_limit, restarts=options.restarts)
+        self.session.solve_options = {k: v for k, v in chosen.items() if v is not None}  # saved with the session
         self.options = options
         self._cancel.clear()
         self._set_running(True)

@@ -32,7 +32,7 @@ class SolveOptions:
 #: (field id, label with unit, placeholder) of the form, in order.
 FIELDS = (
     ("c_pp", "c_pp activations (GB)", "decimal GB per stage boundary"),
-    ("c_dp", "c_dp stage gradients (GB)", "decimal GB per stage"),
+    ("c_dp", "c_dp gradients (GB)", "decimal GB per stage"),
     ("pp_messages", "pipeline messages", "transfers per step"),
     ("dp_messages", "data-parallel messages", "transfers per step"),
     ("d_pp", "D_PP stages", "whole number"),
@@ -61,7 +61,10 @@ class WorkloadForm(Vertical):
                 yield Label(label)
                 yield Field(placeholder=placeholder, id=f"form-{key}", compact=True)
 
-    def fill(self, workload: Workload, seed: int = 0, restarts: int | None = None) -> None:
+    def fill(self, workload: Workload, seed: int = 0, restarts: int | None = None, budget: int | None = None,
+             time_limit: float | None = None) -> None:
+        """Show ``workload`` and the options (a session's saved ones; None: empty or the
+        solver's default)."""
         if restarts is None:  # the solver's own default, so the form and the CLI agree
             import inspect
 
@@ -70,7 +73,8 @@ class WorkloadForm(Vertical):
             param = inspect.signature(solve).parameters.get("restarts")
             found = param is not None and param.default is not inspect.Parameter.empty
             restarts = param.default if found else 4
-        values = {**workload.to_json(), "seed": seed, "budget": "", "time_limit": "", "restarts": restarts}
+        values = {**workload.to_json(), "seed": seed, "budget": "" if budget is None else budget,
+                  "time_limit": "" if time_limit is None else float(time_limit), "restarts": restarts}
         for key, _label, _ in FIELDS:
             self.query_one(f"#form-{key}", Input).value = f"{values[key]:g}" if isinstance(values[key], float) else str(values[key])
 

@@ -440,3 +440,40 @@ async def test_baselines_cut_short_say_so():
         await pilot.press("4")
         await pilot.pause()
         assert "none drawn before the solve ended" in str(app.screen.query_one("#solve-histogram").render())
+
+
+async def test_a_saved_session_keeps_the_solve_options_and_the_training_command(tmp_path):
+    from support import wait_until
+
+    from geoconsole.session import load_session
+
+    app = demo_app()
+    target = tmp_path / "s.json"
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        await pilot.pause()
+        for key, value in (("seed", "5"), ("time_limit", "0.5"), ("restarts", "1")):
+            app.screen.query_one(f"#form-{key}", Input).value = value
+        await pilot.press("ctrl+r")
+        await wait_until(lambda: app.session.current is not None)
+        await pilot.press("6")
+        await pilot.pause()
+        app.screen.query_one("#launch-command", Input).value = "train.py --steps 100"
+        app.screen.query_one("#launch-command", Input).focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.dirty and app.session.launch_command == "train.py --steps 100"
+        app.session.save(target)
+    loaded = load_session(target)
+    assert loaded.solve_options == {"seed": 5, "time_limit": 0.5, "restarts": 1}
+    assert loaded.launch_command == "train.py --steps 100"
+    app = demo_app()
+    app.replace_session(loaded)  # as ctrl+o does
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        await pilot.pause()
+        assert app.screen.query_one("#form-time_limit", Input).value == "0.5"
+        assert app.screen.query_one("#form-seed", Input).value == "5"
+        await pilot.press("6")
+        await pilot.pause()
+        assert app.screen.query_one("#launch-command", Input).value == "train.py --steps 100"
