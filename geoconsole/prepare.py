@@ -104,8 +104,13 @@ def workload_for(n_devices: int, source: str, pp: int | None, dp: int | None, c_
                          f"choose D_PP x D_DP <= {n_devices}", "shape")
     try:
         return Workload(pp, dp, c_pp, c_dp, pp_messages, dp_messages)
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
+    except ValueError as exc:  # the workload names its fields: say the flags they came from
+        name, _, why = str(exc).partition(": ")
+        raise InputError(f"--{name.replace('_', '-')}: {why}" if why and name in _FLAG_FIELDS else str(exc)) from None
+
+
+#: Workload fields set by a flag of the same name (``c_pp`` by ``--c-pp``).
+_FLAG_FIELDS = {"c_pp", "c_dp", "pp_messages", "dp_messages"}
 
 
 def parse_regions(text: str | None) -> list[str] | None:

@@ -501,7 +501,8 @@ FLAGS = {
     "pp huge": (["--pp", "9" * 40], "--pp"),
     "time limit nan": (["--time-limit", "nan"], "--time-limit"),
     "c-pp negative": (["--c-pp", "-1"], "--c-pp"),
-    "c-dp inf": (["--c-dp", "inf"], "c_dp"),
+    "c-dp inf": (["--c-dp", "inf"], "--c-dp: must be"),
+    "pp messages 1e12": (["--pp-messages", "1e12"], "--pp-messages: must be"),
     "regions empty name": (["--regions", ","], "--regions"),
     "estimate not numbers": (["--fill-missing", "--estimate", "zone=a,b"], "--estimate"),
     "group locality unknown": (["--group-locality", "rack"], "--group-locality"),
@@ -567,6 +568,8 @@ LAUNCH_FLAGS = {
     "port zero": (["--port", "0"], "--port"),
     "mode unknown": (["--mode", "mpi"], "--mode"),
     "interface injection": (["--interface", "eth0;rm"], "--interface"),
+    "sbatch script over ssh": (["--sbatch-script", "x.sh"], "--sbatch-script: needs --via slurm"),
+    "submit over ssh": (["--submit"], "--submit: needs --via slurm"),
 }
 
 

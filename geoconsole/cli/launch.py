@@ -133,7 +133,7 @@ def launch_command(
     if via not in ("ssh", "slurm"):
         raise UserError(f"--via {via!r}: expected ssh or slurm")
     if (submit or sbatch_script) and via != "slurm":
-        raise UserError("--submit: needs --via slurm")
+        raise UserError(f"{'--submit' if submit else '--sbatch-script'}: needs --via slurm")
     if sbatch_script and not submit:
         raise UserError("--sbatch-script: needs --submit")
     inputs = [("--matrix", matrix), ("--rank-map", rank_map), ("--inventory", inventory)]
