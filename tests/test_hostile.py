@@ -582,6 +582,16 @@ def test_bad_launch_flag(tmp_path, name):
                                "--", "train.py"], 2, culprit)
 
 
+@pytest.mark.parametrize("fmt, extra, culprit", [
+    ("slurm", ["--env", "A=1"], "--env does not apply"), ("rankfile", ["--mode", "env"], "--mode does not apply"),
+    ("slurm", ["--workdir", "/x", "--port", "1234", "--", "train.py"], "--port, --workdir do not apply"),
+    ("json", ["--image", "r/i:1"], "--image does not apply (k8s only)"),
+    ("torchrun", ["--mode", "env", "--", "t.py"], "--mode env: --format torchrun")])
+def test_export_options_a_format_does_not_use_are_refused(tmp_path, fmt, extra, culprit):
+    fabric = _small_fabric_file(tmp_path)
+    expect_one_line(tmp_path, ["export", "-m", str(fabric), "-r", "0,1,2,3", "-f", fmt, *extra], 2, culprit)
+
+
 def test_export_format_unknown(tmp_path):
     expect_one_line(tmp_path, [*export_args(tmp_path)[:-2], "--format", "yaml"], 2, "--format")
 

@@ -322,7 +322,16 @@ def export_command(
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if fmt == "torchrun" and mode != "torchrun":
-        raise UserError("--format torchrun: needs --mode torchrun")
+        raise UserError("--mode env: --format torchrun writes torchrun agents; leave out --mode or use --format json")
+    unused = [flag for flag, given in (
+        ("--mode", mode != "torchrun"), ("--backend", backend is not None),
+        ("--port", port != 29500), ("--interface", interface is not None), ("--env", bool(env)),
+        ("--workdir", workdir is not None)) if given] if fmt in ("slurm", "rankfile") else []
+    unused += [flag for flag, given in (("--image", image is not None), ("--job-name", job_name != "geoconsole"))
+               if given and fmt != "k8s"]
+    if unused:  # said, not silently dropped
+        raise UserError(f"--format {fmt}: {', '.join(unused)} {'does' if len(unused) == 1 else 'do'} not apply "
+                        f"({'it lists only where each rank runs' if fmt in ('slurm', 'rankfile') else 'k8s only'})")
     if fmt == "k8s" and not image:
         raise UserError("--format k8s: needs --image, the container image the ranks run in")
     fabric = load_fabric(matrix, devices=True)
