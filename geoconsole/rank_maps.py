@@ -50,12 +50,13 @@ def parse_rank_map(text: str, source: str) -> tuple[list[int], Any]:
     text = text.strip()
     # solve prints its rank_map=(...) at the start of a line: those come first
     at_line_start = _RANK_MAP_LINE.search(text)
-    pattern = _RANK_MAP_LINE if at_line_start else _RANK_MAP_TEXT
     found = at_line_start or _RANK_MAP_TEXT.search(text)
     expected = f"{source}: expected rank_map=(...), a JSON list of ranks, or solve --json output"
-    maps = {" ".join(m.group(1).replace(",", " ").split()) for m in pattern.finditer(text)}
+    # every rank_map=(...) of the lines taken (one that starts a line may have another after it)
+    lines = [x for x in text.splitlines() if _RANK_MAP_LINE.match(x)] if at_line_start else [text]
+    maps = {" ".join(m.group(1).replace(",", " ").split()) for x in lines for m in _RANK_MAP_TEXT.finditer(x)}
     if len(maps) > 1:  # which one was meant? (solve prints one)
-        raise InputError(f"{source}: holds {len(maps)} different rank_map=(...) lines; keep the one to use")
+        raise InputError(f"{source}: holds {len(maps)} different rank_map=(...); keep the one to use")
     if found:
         parts = found.group(1).replace(",", " ").split()
         if not all(p.isascii() and p.isdigit() and len(p) <= 9 for p in parts):

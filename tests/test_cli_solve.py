@@ -313,7 +313,9 @@ def test_a_rank_map_file_with_two_different_maps_is_refused(ww_path, tmp_path):
     n = 64
     two.write_text(f"rank_map=({' '.join(map(str, range(n)))})\n"
                    f"rank_map=({' '.join(map(str, reversed(range(n))))})\n")
-    assert "2 different rank_map=(...) lines" in one_line_error(run("score", "--matrix", ww_path, *WW, "-r", two))
+    assert "2 different rank_map=(...);" in one_line_error(run("score", "--matrix", ww_path, *WW, "-r", two))
+    two.write_text(f"rank_map=({' '.join(map(str, range(n)))}) rank_map=({' '.join(map(str, reversed(range(n))))})\n")
+    assert "2 different rank_map=(...);" in one_line_error(run("score", "--matrix", ww_path, *WW, "-r", two))
 
 
 def test_a_seed_too_long_for_the_readers_is_refused(ww_path):
