@@ -275,10 +275,14 @@ def _hostfile_entries(path: Path, text: str) -> list[tuple[str, dict[str, Any], 
         entry: dict[str, Any] = {"address": host}
         if "@" in host:  # Open MPI's user@host: the login is the entry's user
             entry["user"], _, entry["address"] = host.rpartition("@")
+        given: set[str] = set()
         for item in rest:
             key, sep, value = item.partition("=")
             if not sep or key not in ("slots", "max_slots"):
                 raise InventoryError(f"{where}: expected 'host slots=N', got {item[:80]!r}")
+            if key in given:  # which one was meant?
+                raise InventoryError(f"{where}: {key} given twice")
+            given.add(key)
             if not (value.isascii() and value.isdigit()) or not 1 <= int(value[:9] or 0) <= MAX_SLOTS \
                     or len(value) > 9:
                 raise InventoryError(f"{where}: {key}: expected a whole number 1-{MAX_SLOTS}, got {value[:24]!r}")

@@ -369,6 +369,7 @@ HOSTFILES = {
     "huge slots": ("h0 slots=100000000\n", "slots"),
     "unicode slots": ("h0 slots=٣\n", "slots"),
     "unknown key": ("h0 foo=1\n", "foo=1"),
+    "slots twice": ("h0 slots=1 slots=2\n", "slots given twice"),
     "host an option": ("-oProxyCommand=x slots=1\n", "no host name first"),
     "host a dash": ("-h slots=1\n", "address"),
     "host with escape": ("h0\x1b slots=1\n", "address"),
