@@ -310,7 +310,7 @@ def validated_seeds(placements: Sequence[Any]) -> dict[int, float]:
 # -- stale or mismatched measurement ---------------------------------------------------
 def _parse_time(text: str) -> datetime | None:
     try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        when = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
     except ValueError:
         return None
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)

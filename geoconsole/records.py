@@ -40,7 +40,8 @@ def check_record_path(path: str | os.PathLike[str], inputs: Sequence[tuple[str, 
 
     Refused: one of the command's ``inputs`` (``(name, path)`` pairs, e.g. the
     ``--matrix``), a missing folder, a folder, FIFO or device, and an existing file that
-    does not hold run records (its first line is not a JSON object): appending would
+    does not hold run records (its first line is not a JSON object with a ``kind``,
+    ``_starts_records``): appending would
     damage a fabric, a script or someone's notes. Commands call it before their work, so
     a bad ``--record`` fails at once, not after a search; ``append_record`` checks again.
     """
@@ -55,22 +56,21 @@ def check_record_path(path: str | os.PathLike[str], inputs: Sequence[tuple[str, 
             first = handle.readline(FIRST_LINE_MAX)
     except OSError as exc:
         raise FileError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if not _starts_records(first):
+    if not _starts_records(first, whole=len(first) == st.st_size):
         raise FileError(f"{path}: is not a run-record file (its first line is not a JSON record); "
                         "name a new file or one that --record wrote")
 
 
-def _starts_records(first: bytes) -> bool:
+def _starts_records(first: bytes, whole: bool) -> bool:
     """Whether a file's first line is that of a record file: a JSON object with the
     ``kind`` every record has (a fabric, a session or a solve written on one line is a
-    JSON object too, without one), or an unterminated start of one (a first append cut
-    short)."""
-    if not first.lstrip().startswith(b"{"):
-        return False
+    JSON object too, without one), or, when it is the ``whole`` file, unterminated, the
+    start of one (a first append cut short: ``{"`` and not JSON). A first line longer than
+    FIRST_LINE_MAX is read cut short, not whole: no record file."""
     try:
         doc = json.loads(first)
     except (ValueError, RecursionError):
-        return not first.endswith(b"\n")  # a whole line that is not JSON is no record
+        return whole and not first.endswith(b"\n") and first.lstrip().startswith(b'{"')
     return isinstance(doc, dict) and isinstance(doc.get("kind"), str)
 
 

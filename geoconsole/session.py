@@ -414,10 +414,9 @@ def session_from_json(doc: Any, source: str) -> Session:
                                f"{s.workload.d_dp} does not fit its {len(s.rank_map)} ranks")
     inventory = doc.get("inventory")
     command = doc.get("launch_command")
-    if command is not None and (not isinstance(command, str) or len(command) > MAX_COMMAND_CHARS
-                                or not command.isprintable()):
-        raise SessionError(f"{source}: launch_command: expected one printable line of at most "
-                           f"{MAX_COMMAND_CHARS} characters")
+    why = "expected text" if command is not None and not isinstance(command, str) else command_problem(command or "")
+    if why:
+        raise SessionError(f"{source}: launch_command: {why}")
     return Session(
         fabric=fabric,
         workload=workload,
@@ -436,10 +435,23 @@ def session_from_json(doc: Any, source: str) -> Session:
 MAX_COMMAND_CHARS = 4096
 
 
+def command_problem(text: str) -> str | None:
+    """Why ``text`` cannot be kept as a session's training command (None: it can): the
+    Launch screen checks it on Enter with the same rule the session's loader applies."""
+    import unicodedata
+
+    if len(text) > MAX_COMMAND_CHARS:
+        return f"at most {MAX_COMMAND_CHARS} characters, got {len(text)}"
+    bad = next((c for c in text if unicodedata.category(c) == "Cc" and c != "\t"), None)
+    if bad is not None:
+        return f"one line without control characters, got {bad!r}"
+    return None
+
+
 def _solve_options(value: Any, where: str) -> dict[str, Any]:
     """The Solve form's saved options, each checked against the CLI's limits (absent or
     null ones are left out: the form's defaults)."""
-    from geoconsole.solving import MAX_RESTARTS, MAX_SEED, MAX_TIME_LIMIT_S, MIN_TIME_LIMIT_S
+    from geoconsole.solving import MAX_BUDGET, MAX_RESTARTS, MAX_SEED, MAX_TIME_LIMIT_S, MIN_TIME_LIMIT_S
 
     if value is None:
         return {}
@@ -449,7 +461,7 @@ def _solve_options(value: Any, where: str) -> dict[str, Any]:
     if unknown:
         raise SessionError(f"{where}: unknown field {unknown[0]!r}")
     out: dict[str, Any] = {}
-    for key, top in (("seed", MAX_SEED), ("budget", 1 << 62), ("restarts", MAX_RESTARTS)):
+    for key, top in (("seed", MAX_SEED), ("budget", MAX_BUDGET), ("restarts", MAX_RESTARTS)):
         if value.get(key) is not None:
             if _whole(value[key], f"{where}.{key}") > top:
                 raise SessionError(f"{where}.{key}: at most {top}, got {value[key]}")

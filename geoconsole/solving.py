@@ -26,6 +26,8 @@ MAX_TIME_LIMIT_S = 1e7
 MAX_RESTARTS = 10_000
 #: Largest seed: written to outputs and records, which readers take with at most 20 digits.
 MAX_SEED = 2**64 - 1
+#: Largest budget the console's form and a saved session take (the search's "unlimited").
+MAX_BUDGET = 1 << 62
 #: Under a time limit, the share kept for the random baselines (each of the two gets
 #: half of what is left when it starts), and the least share the search gets whatever
 #: the bound took.

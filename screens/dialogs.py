@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -28,7 +29,7 @@ class PathDialog(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.title_text)
+            yield Label(Text(self.title_text))  # Text: a path's [brackets] are not markup
             yield Input(self.default, id="path")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -56,8 +57,8 @@ class ConfirmDialog(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.title_text)
-            yield Static(self.body)
+            yield Label(Text(self.title_text))  # Text: names, paths and commands are not markup
+            yield Static(Text(self.body))
             with Horizontal():
                 yield Button(self.yes, id="yes", variant="warning")
                 yield Button("No", id="no")
@@ -76,8 +77,11 @@ def ask_path_then(app, title: str, default: str, write: Callable[[Path], None], 
     def chosen(text: str | None) -> None:
         if not text:
             return
-        if text.endswith("/"):  # Path drops the slash: the file it names would be written
-            app.notify(f"{text}: ends with '/', which names a folder; give a file", severity="error")
+        from solver.files import names_a_folder
+
+        if names_a_folder(text):  # Path drops the slash: the file it names would be written
+            app.notify(f"{text}: ends with '/' (or '/.'), which names a folder; give a file", severity="error",
+                       markup=False)
             return
         path = Path(text).expanduser()
         if path.is_file():

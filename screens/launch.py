@@ -91,7 +91,13 @@ class LaunchScreen(ConsoleScreen):
         yield Footer()
 
     def on_input_submitted(self) -> None:
+        from geoconsole.session import command_problem
+
         typed = self.query_one("#launch-command", Input).value
+        why = command_problem(typed)
+        if why:  # the session could not load it back
+            self.notify(f"training command: {why}", severity="error")
+            return
         if typed != (self.session.launch_command or DEFAULT_COMMAND):  # kept with the session: unsaved now
             self.session.launch_command = typed
             self.post_message(SessionChanged("training command set"))

@@ -159,8 +159,6 @@ class SolveScreen(ConsoleScreen):
             return
         error.update("")
         self.session.workload = self._filled = options.workload
-        chosen = dict(seed=options.seed, budget=options.budget, time_limit=options.time_limit, restarts=options.restarts)
-        self.session.solve_options = {k: v for k, v in chosen.items() if v is not None}  # saved with the session
         self.options = options
         self._cancel.clear()
         self._set_running(True)
@@ -285,6 +283,9 @@ class SolveScreen(ConsoleScreen):
             advice=message.advice, found_by=str(r.start),
         )
         self.session.add_solution(solution)
+        o = message.options  # saved with the session, with the solution they made
+        chosen = dict(seed=o.seed, budget=o.budget, time_limit=o.time_limit, restarts=o.restarts)
+        self.session.solve_options = {k: v for k, v in chosen.items() if v is not None}
         self.post_message(SessionChanged(f"{solution.name}: Comm {solution.fun:.2f} s"))
 
     def _status_text(self, fun: float, nit: int, nfev: int, elapsed: float, phase: str, done: str = "",

@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, Static
 
-from geoconsole.solving import MAX_RESTARTS, MAX_SEED, MAX_TIME_LIMIT_S, MIN_TIME_LIMIT_S
+from geoconsole.solving import MAX_BUDGET, MAX_RESTARTS, MAX_SEED, MAX_TIME_LIMIT_S, MIN_TIME_LIMIT_S
 from screens.fields import Field
 from solver.workload import Workload
 
@@ -110,8 +110,8 @@ class WorkloadForm(Vertical):
         if workload.n_devices != n_devices:
             raise ValueError(f"D_PP x D_DP: {workload.d_pp} x {workload.d_dp} = {workload.n_devices}, the fabric has {n_devices} devices")
         budget = number("budget", int, optional=True)
-        if budget is not None and budget < 0:
-            raise ValueError(f"{label['budget']}: must be >= 0, got {budget}")
+        if budget is not None and not 0 <= budget <= MAX_BUDGET:
+            raise ValueError(f"{label['budget']}: must be 0 to 2^62, got {budget}")
         time_limit = number("time_limit", optional=True)
         if time_limit is not None and not MIN_TIME_LIMIT_S <= time_limit <= MAX_TIME_LIMIT_S:
             raise ValueError(f"{label['time_limit']}: must be {MIN_TIME_LIMIT_S:g} to {MAX_TIME_LIMIT_S:g}, "

@@ -382,8 +382,8 @@ def _check_timestamp(value: Any, source: str) -> None:
 
     ok = isinstance(value, str) and len(value) <= 64
     if ok:
-        try:
-            datetime.fromisoformat(value.replace("Z", "+00:00"))
+        try:  # RFC 3339 allows a lowercase z
+            datetime.fromisoformat(value[:-1] + "+00:00" if value[-1:] in ("Z", "z") else value)
         except ValueError:
             ok = False
     if not ok:
@@ -418,6 +418,7 @@ def fabric_from_json(doc: Any, source: str = "<fabric>") -> Fabric:
     if not isinstance(meta, dict):
         raise FabricError(f"{source}: meta: expected an object")
     measured_at = doc.get("measured_at")
+    measured_at = None if measured_at == "" else measured_at  # "": not recorded, as null
     if measured_at is not None:
         _check_timestamp(measured_at, source)
     _check_pair_tables(doc, n, source)

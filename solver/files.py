@@ -212,6 +212,13 @@ def write_target(path: str | os.PathLike[str], error: type[Exception] = FileErro
     return real, st
 
 
+def names_a_folder(text: str) -> bool:
+    """Whether a path ends as only a folder's does (``out/``, ``out/.``, ``out/..``, ``.``):
+    ``Path`` drops a trailing ``/`` and ``/.``, so a write would go to ``out`` itself."""
+    last = text.rstrip("/" + os.sep).rsplit("/", 1)[-1].rsplit(os.sep, 1)[-1]
+    return text.endswith(("/", os.sep)) or last in (".", "..")
+
+
 def shown(path: str | os.PathLike[str]) -> str:
     """``path`` as printed: characters that are not printable (newline, tab, escape
     sequences, bidirectional controls) as Python escapes, so a file name can neither add a

@@ -458,6 +458,17 @@ async def test_a_saved_session_keeps_the_solve_options_and_the_training_command(
         await wait_until(lambda: app.session.current is not None)
         await pilot.press("6")
         await pilot.pause()
+        app.dirty = False  # as after a save: the command's Enter alone marks it unsaved
+        app.screen.query_one("#launch-command", Input).value = "train.py\t--steps 100"
+        app.screen.query_one("#launch-command", Input).focus()
+        await pilot.press("enter")  # a tab is kept; a control character is refused, nothing changed
+        await pilot.pause()
+        assert app.session.launch_command == "train.py\t--steps 100" and app.dirty
+        app.dirty = False
+        app.screen.query_one("#launch-command", Input).value = "train.py\x1b[31m"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.session.launch_command == "train.py\t--steps 100" and not app.dirty
         app.screen.query_one("#launch-command", Input).value = "train.py --steps 100"
         app.screen.query_one("#launch-command", Input).focus()
         await pilot.press("enter")

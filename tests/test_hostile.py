@@ -85,6 +85,7 @@ FABRIC_DOCS = {
     "meta a list": (edit(["meta"], [1]), "meta"),
     "measured_at a number": (edit(["measured_at"], 5), "measured_at"),
     "measured_at not a date": (edit(["measured_at"], "not a date"), "measured_at: expected an ISO 8601"),
+    "measured_at zero": (edit(["measured_at"], 0), "measured_at: expected an ISO 8601"),
     "estimated short": (edit(["estimated"], [[False] * 4] * 3), "estimated: expected 4 x 4 booleans, got 3 rows"),
     "estimated a string": (edit(["estimated"], "yes"), "estimated: expected 4 x 4 booleans, got str"),
     "estimated numbers": (edit(["estimated"], [[5] * 4] * 4), "estimated[0][0]: expected boolean"),
@@ -559,9 +560,10 @@ def test_an_output_path_ending_in_a_slash_is_refused_and_the_file_kept(tmp_path,
     fabric = _small_fabric_file(tmp_path)
     out = tmp_path / "o.json"
     out.write_text("mine")
-    args = [{"F": str(fabric), "OUT/": f"{out}/"}.get(a, a) for a in command]
-    expect_one_line(tmp_path, args, 2, "ends with '/'")
-    assert out.read_text() == "mine"
+    for ending in ("/", "/.", "/.."):
+        args = [{"F": str(fabric), "OUT/": f"{out}{ending}"}.get(a, a) for a in command]
+        expect_one_line(tmp_path, args, 2, "ends with '/'")
+        assert out.read_text() == "mine"
 
 
 LAUNCH_FLAGS = {
@@ -587,7 +589,9 @@ def test_bad_launch_flag(tmp_path, name):
     ("slurm", ["--env", "A=1"], "--env does not apply"), ("rankfile", ["--mode", "env"], "--mode does not apply"),
     ("slurm", ["--workdir", "/x", "--port", "1234", "--", "train.py"], "--port, --workdir do not apply"),
     ("json", ["--image", "r/i:1"], "--image does not apply (k8s only)"),
-    ("torchrun", ["--mode", "env", "--", "t.py"], "--mode env: --format torchrun")])
+    ("torchrun", ["--mode", "env", "--", "t.py"], "--mode env: --format torchrun"),
+    ("torchrun", ["--mode", "mpi", "--", "t.py"], "--mode 'mpi': expected torchrun or env"),
+    ("rankfile", ["--port", "29500"], "--port does not apply")])  # a default typed in is given too
 def test_export_options_a_format_does_not_use_are_refused(tmp_path, fmt, extra, culprit):
     fabric = _small_fabric_file(tmp_path)
     expect_one_line(tmp_path, ["export", "-m", str(fabric), "-r", "0,1,2,3", "-f", fmt, *extra], 2, culprit)

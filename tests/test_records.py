@@ -81,7 +81,8 @@ def test_a_file_that_holds_no_records_is_refused_and_left_as_it_was(tmp_path):
     for name, data in [("notes.txt", b"line one\nmy notes without a final newline"),
                        ("fabric.json", b'{\n "labels": ["a"]\n}\n'), ("blob.bin", bytes(range(256)) * 4),
                        ("compact.json", b'{"labels": ["a"], "alpha_ms": [[0]]}'),  # one line, as jq -c writes
-                       ("compact-nl.json", b'{"a": 1}\n'), ("broken.json", b'{"a": \n{"kind": "solve"}\n')]:
+                       ("compact-nl.json", b'{"a": 1}\n'), ("broken.json", b'{"a": \n{"kind": "solve"}\n'),
+                       ("brace.txt", b"{not json, no newline")]:
         path = tmp_path / name
         path.write_bytes(data)
         with pytest.raises(FileError, match="is not a run-record file"):
@@ -95,6 +96,20 @@ def test_text_after_the_last_record_that_is_not_one_is_kept(tmp_path):
     append_record(path, {"kind": "launch"})
     assert path.read_text().splitlines()[:2] == ['{"kind": "solve"}', "someone's note"]
     assert json.loads(path.read_text().splitlines()[2])["kind"] == "launch"
+
+
+def test_a_one_line_file_longer_than_the_first_line_read_is_refused(tmp_path, monkeypatch):
+    """A compact fabric of more than FIRST_LINE_MAX bytes is read cut short: not taken for
+    a first append cut short, and left as it was."""
+    import geoconsole.records as records
+
+    monkeypatch.setattr(records, "FIRST_LINE_MAX", 16)
+    path = tmp_path / "fabric.json"
+    data = b'{"labels": ["a"], "alpha_ms": [[0]], "beta_gbps": [[0]]}'
+    path.write_bytes(data)
+    with pytest.raises(FileError, match="is not a run-record file"):
+        append_record(path, {"kind": "solve"})
+    assert path.read_bytes() == data
 
 
 def test_a_record_file_whose_only_append_was_cut_short_takes_the_next(tmp_path):

@@ -299,12 +299,19 @@ async def _launch(plan, fabric, ranks, hosts, inv, command, opts, abort_on_failu
         sink=sink, abort_on_failure=abort_on_failure, grace_s=grace, check=check)
 
 
+def _given_on_the_command_line(ctx: typer.Context) -> set[str]:
+    """The command's parameters set on its command line (a default typed in too)."""
+    return {name for name in ctx.params
+            if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"}
+
+
 def export_command(
+    ctx: typer.Context,
     matrix: Path = MATRIX,
     rank_map: str = RANK_MAP,
     fmt: str = typer.Option("json", "--format", "-f", help="torchrun | slurm | rankfile | json | k8s"),
     output: Optional[Path] = path_option(None, "--output", "-o", help="Write here (default, or -: standard output)."),
-    command: List[str] = typer.Argument(None, help="The training command, after '--' (torchrun and json formats)."),
+    command: List[str] = typer.Argument(None, help="The training command, after '--' (torchrun, json and k8s formats; the others list only where each rank runs)."),
     inventory: Optional[Path] = INVENTORY,
     mode: str = MODE,
     backend: Optional[str] = BACKEND,
@@ -321,14 +328,15 @@ def export_command(
 
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    if mode not in ("torchrun", "env"):
+        raise UserError(f"--mode {mode!r}: expected torchrun or env")
     if fmt == "torchrun" and mode != "torchrun":
-        raise UserError("--mode env: --format torchrun writes torchrun agents; leave out --mode or use --format json")
-    unused = [flag for flag, given in (
-        ("--mode", mode != "torchrun"), ("--backend", backend is not None),
-        ("--port", port != 29500), ("--interface", interface is not None), ("--env", bool(env)),
-        ("--workdir", workdir is not None)) if given] if fmt in ("slurm", "rankfile") else []
-    unused += [flag for flag, given in (("--image", image is not None), ("--job-name", job_name != "geoconsole"))
-               if given and fmt != "k8s"]
+        raise UserError(f"--mode {mode}: --format torchrun writes torchrun agents; leave out --mode or use --format json")
+    given = _given_on_the_command_line(ctx)
+    unused = [flag for flag, name in (("--mode", "mode"), ("--backend", "backend"), ("--port", "port"),
+                                      ("--interface", "interface"), ("--env", "env"), ("--workdir", "workdir"))
+              if name in given] if fmt in ("slurm", "rankfile") else []
+    unused += [flag for flag, name in (("--image", "image"), ("--job-name", "job_name")) if name in given and fmt != "k8s"]
     if unused:  # said, not silently dropped
         raise UserError(f"--format {fmt}: {', '.join(unused)} {'does' if len(unused) == 1 else 'do'} not apply "
                         f"({'it lists only where each rank runs' if fmt in ('slurm', 'rankfile') else 'k8s only'})")

@@ -3,7 +3,6 @@ that turn them into core objects."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
@@ -11,16 +10,19 @@ import typer
 
 def cli_path(value) -> Path:
     """A path flag's value: a file. An empty one is refused (``Path('')`` is the current
-    folder), and so is one that ends with ``/``, which names a folder: ``Path`` drops
-    that slash, and a write to ``out.json/`` replaced the file ``out.json``."""
+    folder), and so is one that names a folder by its ending (``names_a_folder``):
+    ``Path`` drops a trailing ``/``, and a write to ``out.json/`` replaced ``out.json``."""
     if isinstance(value, Path):
         return value
     text = str(value)
     if not text.strip():
         raise typer.BadParameter("empty path")
-    if text.endswith(("/", os.sep)):
-        raise typer.BadParameter(f"{text!r} ends with '/', which names a folder; give a file")
+    from solver.files import names_a_folder
+
+    if names_a_folder(text):
+        raise typer.BadParameter(f"{text!r} ends with '/' (or '/.'), which names a folder; give a file")
     return Path(value)
+
 
 
 def path_option(default, *names: str, **settings):
