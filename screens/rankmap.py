@@ -245,11 +245,13 @@ class RankMapScreen(ConsoleScreen):
             except (OSError, ValueError) as exc:  # FileError: a folder, FIFO, device or an input
                 self.notify(" ".join(str(exc).split()), severity="error")
                 return
+            self._exported = str(path)  # offered next time
             self.app.copy_to_clipboard(sol.rank_map_text())
             self.notify(f"wrote {path}; {sol.rank_map_text()[:60]}... (copied)")
 
         stale = STALE_NOTE if self.session.is_stale(sol) else ""
-        ask_path_then(self.app, "Export rank map (JSON) to", "rank_map.json", write, note=stale)
+        ask_path_then(self.app, "Export rank map (JSON) to", getattr(self, "_exported", "rank_map.json"), write,
+                      note=stale)
 
     def export(self, path: Path, sol: Solution) -> None:
         s = self.session

@@ -138,6 +138,12 @@ class SolveScreen(ConsoleScreen):
     def on_input_submitted(self) -> None:
         self.action_solve()
 
+    def on_input_changed(self) -> None:
+        """An edit makes the last error stale: it is cleared, and the next solve checks again."""
+        error = self.query_one("#solve-error", Static)
+        if str(error.render()):
+            error.update("")
+
     def action_solve(self) -> None:
         if self.running:
             return

@@ -200,6 +200,12 @@ def write_target(path: str | os.PathLike[str], error: type[Exception] = FileErro
     device."""
     real = Path(os.path.realpath(path))
     try:
+        st = os.stat(path)  # followed as the write would: /dev/stdout on a pipe is a FIFO here,
+    except OSError:         # where its real path (/proc/self/fd/pipe:[...]) names nothing
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise error(f"{path}: is {_kind(st.st_mode)}; only a regular file or a new path is written")
+    try:
         st = os.stat(real)
     except FileNotFoundError:
         if not real.parent.is_dir():

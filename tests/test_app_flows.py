@@ -306,6 +306,24 @@ async def test_export_writes_json_and_rank_map_text(tmp_path):
         assert doc["rank_map"] == list(range(64))
         assert doc["rank_map_text"].startswith("rank_map=(0 1 2 ")  # as solve prints it
         assert doc["comm_s"] == pytest.approx(51.50, abs=0.01)
+        await pilot.press("e")  # the path just written is offered again
+        await pilot.pause()
+        assert app.screen.query_one(Input).value == str(path)
+
+
+async def test_an_edit_clears_the_solve_forms_last_error():
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        await pilot.pause()
+        field = app.screen.query_one("#form-d_pp", Input)
+        field.value = "7"
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert "7 x 8 = 56" in str(app.screen.query_one("#solve-error").render())
+        field.value = "8"
+        await pilot.pause()
+        assert str(app.screen.query_one("#solve-error").render()) == ""
 
 
 async def test_help_screen_opens_and_closes():
