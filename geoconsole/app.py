@@ -160,6 +160,13 @@ class GeoConsoleApp(App[int]):
             self.activity[message.key] = message.text
         self.activity_rev += 1
 
+    def notify(self, message: str, *, title: str = "", severity: str = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Notifications carry names, paths and typed values: always shown as text, never
+        markup, whatever a screen's ``notify`` passes on (a label or a path holding
+        ``[/]`` raised MarkupError and stopped the console)."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
+
     def replace_session(self, session: Session) -> None:
         self.session = session
         self.post_message(SessionChanged(f"loaded {session.path or session.name}", dirty=False))

@@ -105,10 +105,10 @@ class FleetScreen(TableTools, ConsoleScreen):
 
     def compose(self) -> ComposeResult:
         yield ScreenTabs()
-        yield Static(id="fleet-summary")
+        yield Static(id="fleet-summary", markup=False)
         yield DataTable(id="fleet-table", cursor_type="row", zebra_stripes=True)
         yield TableFilter(id="fleet-filter")
-        yield Static(id="fleet-details", classes="details")
+        yield Static(id="fleet-details", classes="details", markup=False)
         yield StatusBar()
         yield Footer()
 
@@ -149,9 +149,9 @@ class FleetScreen(TableTools, ConsoleScreen):
         cursor = table.cursor_row
         table.clear()
         for r in self.shown_rows():
-            table.add_row(
-                r.name, r.address, Text(r.state, style=STATE_STYLES.get(r.state, "")), r.gpus,
-                r.versions, r.labels, Text(r.error, style="red"), key=r.name,
+            table.add_row(  # Text: names, versions and labels are data, never markup
+                Text(r.name), Text(r.address), Text(r.state, style=STATE_STYLES.get(r.state, "")), r.gpus,
+                Text(r.versions), Text(r.labels), Text(r.error, style="red"), key=r.name,
             )
         if table.row_count:
             table.move_cursor(row=min(cursor, table.row_count - 1))

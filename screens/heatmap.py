@@ -180,12 +180,12 @@ class HeatmapScreen(ConsoleScreen):
 
     def compose(self) -> ComposeResult:
         yield ScreenTabs()
-        yield Static(id="fabric-title", classes="title")
+        yield Static(id="fabric-title", classes="title", markup=False)
         yield Heatmap(id="heatmap")
         yield ColourLegend(id="legend")
-        yield Static(id="pair-details", classes="details")
+        yield Static(id="pair-details", classes="details", markup=False)
         yield ProgressBar(id="sweep-progress", show_eta=True, total=None)
-        yield Static("", id="sweep-status", classes="status")
+        yield Static("", id="sweep-status", classes="status", markup=False)
         yield StatusBar()
         yield Footer()
 

@@ -89,9 +89,9 @@ class LabelsScreen(TableTools, ConsoleScreen):
                 for field in LABEL_FIELDS:
                     yield Label(field.replace("_", " "))
                     yield Field(placeholder=field, id=f"set-{field}", validators=[LabelValidator(field)], compact=True)
-                yield Static("", id="labels-error", classes="error")
+                yield Static("", id="labels-error", classes="error", markup=False)
                 yield Button("Apply to marked rows", id="apply", variant="primary", compact=True)
-                yield Static(id="labels-marked")
+                yield Static(id="labels-marked", markup=False)
                 yield StageLocality(id="labels-locality")
         yield StatusBar()
         yield Footer()
@@ -115,7 +115,7 @@ class LabelsScreen(TableTools, ConsoleScreen):
             resolved = s.labels.resolve(d.host, d.gpu)
             table.add_row(
                 "●" if row in self.marked else " ",
-                d.host, "-" if d.gpu is None else str(d.gpu),
+                Text(d.host), "-" if d.gpu is None else str(d.gpu),  # Text: a name is data, never markup
                 *(_cell(resolved[f], d.gpu is not None and (d.host, d.gpu) in s.labels.gpus
                         and f in s.labels.gpus[(d.host, d.gpu)]) for f in LABEL_FIELDS),
                 key=str(row),

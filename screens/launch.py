@@ -85,7 +85,7 @@ class LaunchScreen(ConsoleScreen):
                 for widget in image:  # shown only for the Kubernetes export
                     widget.display = False
                     yield widget
-            yield Static(id="launch-summary")
+            yield Static(id="launch-summary", markup=False)
             yield Log(id="launch-plan", highlight=False, auto_scroll=False)
         yield StatusBar()
         yield Footer()

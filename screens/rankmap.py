@@ -80,14 +80,14 @@ class RankMapScreen(ConsoleScreen):
     def compose(self) -> ComposeResult:
         yield ScreenTabs()
         with ScrollableContainer(id="rankmap-body"):
-            yield Static(id="rankmap-summary")
-            yield Static(id="rankmap-legend")
+            yield Static(id="rankmap-summary", markup=False)
+            yield Static(id="rankmap-legend", markup=False)
             with Horizontal(id="rankmap-grids"):
-                yield Static(id="rankmap-grid")
-                yield Static(id="rankmap-other")
+                yield Static(id="rankmap-grid", markup=False)
+                yield Static(id="rankmap-other", markup=False)
             with Horizontal(id="rankmap-lists"):
                 yield StageLocality(id="rankmap-locality")
-                yield Static(id="rankmap-edges")
+                yield Static(id="rankmap-edges", markup=False)
         yield StatusBar()
         yield Footer()
 
@@ -165,7 +165,7 @@ class RankMapScreen(ConsoleScreen):
         colours = region_colours(devices)
         # at least as wide as the title: a title Rich wraps makes this grid one line taller
         # than the one beside it, and the diff's rows stop lining up
-        table = Table(title=title, title_justify="left", box=None, padding=(0, 1), show_edge=False,
+        table = Table(title=Text(title, style="table.title"), title_justify="left", box=None, padding=(0, 1), show_edge=False,
                       min_width=cell_len(title))
         table.add_column("", style="bold")
         for stage in range(w.d_pp):

@@ -101,16 +101,16 @@ class SolveScreen(ConsoleScreen):
         with Horizontal(id="solve-body"):
             with VerticalScroll(id="solve-form-pane"):
                 yield WorkloadForm(id="solve-form")
-                yield Static("", id="solve-error", classes="error")
+                yield Static("", id="solve-error", classes="error", markup=False)
                 with Horizontal(id="solve-buttons"):
                     yield Button("Solve", id="solve-run", variant="primary", compact=True)
                     yield Button("Cancel", id="solve-cancel", variant="error", disabled=True, compact=True)
             with VerticalScroll(id="solve-live"):
-                yield Static("Ready: press Solve (ctrl+r).", id="solve-status")
+                yield Static("Ready: press Solve (ctrl+r).", id="solve-status", markup=False)
                 yield Sparkline([], id="solve-sparkline")
-                yield Static("", id="solve-axis")
+                yield Static("", id="solve-axis", markup=False)
                 yield Histogram(id="solve-histogram")
-                yield Static("", id="solve-advice")  # hidden while there is no advice
+                yield Static("", id="solve-advice", markup=False)  # hidden while there is no advice
         yield StatusBar()
         yield Footer()
 

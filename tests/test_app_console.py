@@ -488,3 +488,41 @@ async def test_a_saved_session_keeps_the_solve_options_and_the_training_command(
         await pilot.press("6")
         await pilot.pause()
         assert app.screen.query_one("#launch-command", Input).value == "train.py --steps 100"
+
+
+@pytest.mark.parametrize("text", ["eu[/]", "[bold]eu", "x[link=file:///etc]y"])
+async def test_markup_in_labels_and_typed_values_is_shown_as_text(text, tmp_path):
+    """A label, a typed value or a path holding markup is data: shown as it is, never
+    parsed (``[/]`` raised MarkupError and stopped the console)."""
+    from support import wait_until
+
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3", "space")
+        app.screen.query_one("#set-region", Input).value = text
+        await pilot.click("#apply")
+        await pilot.pause()
+        assert app.session.devices()[0].region == text
+        await pilot.press("4")
+        await pilot.pause()
+        app.screen.query_one("#form-seed", Input).value = text
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert repr(text)[1:-1] in str(app.screen.query_one("#solve-error").render())
+        app.screen.query_one("#form-seed", Input).value = "0"
+        await pilot.press("ctrl+r")
+        await wait_until(lambda: app.session.current is not None)
+        for key in "561234":  # every screen draws the label
+            await pilot.press(key)
+            await pilot.pause()
+        assert app.is_running
+        app.screen.notify(f"wrote {tmp_path / text}")  # a path in a notification, as screens send it
+        await pilot.pause()
+        saved = tmp_path / f"{text.replace('/', '')}[b].json"  # and in the save dialog's answer
+        app.screen.set_focus(None)
+        await pilot.press("f2")
+        await pilot.pause()
+        app.screen.query_one("#path", Input).value = str(saved)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert saved.exists() and app.is_running

@@ -274,7 +274,7 @@ async def test_diff_shows_the_previous_solution_side_by_side():
         await pilot.pause()
         other = app.screen.query_one("#rankmap-other")
         assert other.display
-        assert other.content.title.startswith("solve #1 (Comm ")
+        assert other.content.title.plain.startswith("solve #1 (Comm ")
         # Cells whose rank differs from the other solution are underlined.
         grid = app.screen.query_one("#rankmap-grid").content
         cells = [cell for column in grid.columns[1:] for cell in column._cells]
@@ -509,7 +509,7 @@ async def test_a_loaded_rank_map_is_compared_and_a_bad_one_refused(tmp_path):
         await pilot.press("enter")
         await pilot.pause()
         other = app.screen.query_one("#rankmap-other")
-        assert other.display and other.content.title.startswith("loaded other.txt (Comm ")
+        assert other.display and other.content.title.plain.startswith("loaded other.txt (Comm ")
 
 
 async def test_clicking_a_heatmap_cell_moves_the_cursor():
