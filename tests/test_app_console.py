@@ -19,6 +19,16 @@ def bar(app) -> str:
     return str(app.screen.query_one(StatusBar).render())
 
 
+async def save_as(pilot, path) -> None:
+    """F2 (from no field), type ``path``, Enter."""
+    pilot.app.screen.set_focus(None)
+    await pilot.press("f2")
+    await pilot.pause()
+    pilot.app.screen.query_one("#path", Input).value = str(path)
+    await pilot.press("enter")
+    await pilot.pause()
+
+
 async def test_escape_leaves_a_field_then_global_keys_work():
     app = demo_app()
     async with app.run_test(size=SIZE) as pilot:
@@ -197,12 +207,7 @@ async def test_save_as_onto_an_existing_file_asks_first(tmp_path):
     victim.write_text('{"rank_map": [0]}')
     async with app.run_test(size=SIZE) as pilot:
         for answer, kept in (("n", True), ("y", False)):
-            app.screen.set_focus(None)
-            await pilot.press("f2")
-            await pilot.pause()
-            app.screen.query_one("#path", Input).value = str(victim)
-            await pilot.press("enter")
-            await pilot.pause()
+            await save_as(pilot, victim)
             assert isinstance(app.screen, ConfirmDialog) and "Overwrite rank_map.json?" in app.screen.title_text
             await pilot.press(answer)
             await pilot.pause()
@@ -519,10 +524,5 @@ async def test_markup_in_labels_and_typed_values_is_shown_as_text(text, tmp_path
         app.screen.notify(f"wrote {tmp_path / text}")  # a path in a notification, as screens send it
         await pilot.pause()
         saved = tmp_path / f"{text.replace('/', '')}[b].json"  # and in the save dialog's answer
-        app.screen.set_focus(None)
-        await pilot.press("f2")
-        await pilot.pause()
-        app.screen.query_one("#path", Input).value = str(saved)
-        await pilot.press("enter")
-        await pilot.pause()
+        await save_as(pilot, saved)
         assert saved.exists() and app.is_running

@@ -312,18 +312,17 @@ async def test_export_writes_json_and_rank_map_text(tmp_path):
 
 
 async def test_an_edit_clears_the_solve_forms_last_error():
-    app = demo_app()
-    async with app.run_test(size=SIZE) as pilot:
+    async with demo_app().run_test(size=SIZE) as pilot:
         await pilot.press("4")
         await pilot.pause()
-        field = app.screen.query_one("#form-d_pp", Input)
-        field.value = "7"
+        error = pilot.app.screen.query_one("#solve-error")
+        pilot.app.screen.query_one("#form-d_pp", Input).value = "7"
         await pilot.press("ctrl+r")
         await pilot.pause()
-        assert "7 x 8 = 56" in str(app.screen.query_one("#solve-error").render())
-        field.value = "8"
+        assert "7 x 8 = 56" in str(error.render())
+        pilot.app.screen.query_one("#form-d_pp", Input).value = "8"
         await pilot.pause()
-        assert str(app.screen.query_one("#solve-error").render()) == ""
+        assert str(error.render()) == ""
 
 
 async def test_help_screen_opens_and_closes():
