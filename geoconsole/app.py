@@ -20,7 +20,8 @@ from textual.screen import Screen
 from textual.theme import Theme
 from textual.worker import WorkerState
 
-from geoconsole.session import Clock, Session, SessionError, demo_session, load_session, utc_now
+from geoconsole.errors import GeoconsoleError
+from geoconsole.session import Clock, Session, demo_session, load_session, utc_now
 from screens.dialogs import ConfirmDialog, PathDialog, ask_path_then
 from screens.fleet import FleetScreen
 from screens.heatmap import HeatmapScreen
@@ -239,8 +240,8 @@ class GeoConsoleApp(App[int]):
                 return
             try:
                 self.replace_session(load_session(path))
-            except SessionError as exc:
-                self.notify(str(exc), severity="error", timeout=8)
+            except (GeoconsoleError, OSError) as exc:  # SessionError, and any other refusal: never a crash
+                self.notify(" ".join(str(exc).split()), severity="error", timeout=8)
                 return
             self.notify(f"session loaded from {path}")
 

@@ -224,11 +224,13 @@ def load_inventory(path: str | os.PathLike[str], *,
     hosts = [_resolve(path, where, entry, defaults, blocks) for where, entry, defaults in entries]
     if not hosts:
         raise InventoryError(f"{path}: no hosts")
-    seen: dict[str, str] = {}
+    seen: dict[str, tuple[str, str]] = {}  # name lowercased (DNS ignores case) -> (name, where)
     for h in hosts:
-        if h.name in seen:
-            raise InventoryError(f"{h.source}: duplicate host name {h.name!r} (also {seen[h.name]})")
-        seen[h.name] = h.source
+        other = seen.get(h.name.lower())
+        if other is not None:
+            same = "" if other[0] == h.name else f" as {other[0]!r}: host names ignore case"
+            raise InventoryError(f"{h.source}: duplicate host name {h.name!r} (also {other[1]}{same})")
+        seen[h.name.lower()] = (h.name, h.source)
     return Inventory(tuple(hosts), path)
 
 

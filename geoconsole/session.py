@@ -412,11 +412,18 @@ def session_from_json(doc: Any, source: str) -> Session:
         if s.workload.n_devices != len(s.rank_map):
             raise SessionError(f"{source}: solutions[{i}].workload: D_PP {s.workload.d_pp} x D_DP "
                                f"{s.workload.d_dp} does not fit its {len(s.rank_map)} ranks")
-    inventory = doc.get("inventory")
     command = doc.get("launch_command")
     why = "expected text" if command is not None and not isinstance(command, str) else command_problem(command or "")
     if why:
         raise SessionError(f"{source}: launch_command: {why}")
+    try:
+        return _session(fabric, workload, doc, source, solutions, labels, command)
+    except LabelError as exc:  # the fabric's own labels (a row label with a space, say)
+        raise SessionError(f"{source}: fabric: {' '.join(str(exc).split())}") from None
+
+
+def _session(fabric, workload, doc, source, solutions, labels, command) -> Session:
+    inventory = doc.get("inventory")
     return Session(
         fabric=fabric,
         workload=workload,

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from textual.binding import Binding
@@ -360,7 +361,7 @@ class Heatmap(Widget, can_focus=True):
         if self.fabric is None:
             return 0
         names = (group_key(d, lab) for d, lab in zip(self.devices, self.fabric.labels))
-        return min(14, max((len(g) for g in names), default=0)) + 2
+        return min(14, max((cell_len(g) for g in names), default=0)) + 2  # screen cells: 東京 takes 4
 
     def _space(self) -> tuple[int, int]:
         return max(self.size.width - self.label_width, 1), max(self.size.height - HEADER_LINES, 1)
@@ -607,7 +608,9 @@ class Heatmap(Widget, can_focus=True):
             if in_block == 1:
                 name = self.devices[int(lay.blocks[r0][0])].name
         marker = "▶" if self.cursor[0] in (r0, r1) else " "
-        return Segment(f"{name[: gutter - 2]:<{gutter - 2}} {marker}", Style(bold=bool(name)))
+        # cropped and padded by screen cells, not characters: wide and combining characters
+        # kept the map's columns from lining up
+        return Segment(f"{set_cell_size(name, gutter - 2)} {marker}", Style(bold=bool(name)))
 
     def _header(self, y: int, gutter: int, lay: HeatmapLayout, cols: range) -> list[Segment]:
         line = [" "] * (len(cols) * lay.cell)
@@ -618,13 +621,30 @@ class Heatmap(Widget, can_focus=True):
                     continue
                 span = (stop - start) * lay.cell
                 x0 = (start - cols.start) * lay.cell
-                for i, ch in enumerate(g[: max(span - 1, 1)]):
-                    if x0 + i < len(line):
-                        line[x0 + i] = ch
+                _place(line, x0, g, min(max(span - 1, 1), len(line) - x0))
         elif cols.start <= self.cursor[1] < cols.stop:
             x = (self.cursor[1] - cols.start) * lay.cell
             line[x: x + lay.cell] = "▼" * lay.cell if lay.cell <= 2 else list(("▼" * lay.cell))
         return [Segment(" " * gutter), Segment("".join(line), Style(bold=y == 0))]
+
+
+def _place(line: list[str], x0: int, text: str, room: int) -> None:
+    """Write ``text`` into ``line`` (one screen cell a slot) from slot ``x0``, in at most
+    ``room`` cells: a wide character fills two slots (the second left empty), a combining
+    mark joins the slot before it; what does not fit is left out. O(len(text))."""
+    x = x0
+    for ch in text:
+        w = cell_len(ch)
+        if w == 0:
+            if x > x0:
+                line[x - 1] += ch
+            continue
+        if x + w > x0 + room:
+            break
+        line[x] = ch
+        if w == 2:
+            line[x + 1] = ""
+        x += w
 
 
 def _estimated(index: int) -> bool:

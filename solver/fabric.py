@@ -299,7 +299,7 @@ def _parse_devices(raw: Any, n: int, src: str) -> tuple[Device, ...]:
         got = len(raw) if isinstance(raw, list) else type(raw).__name__
         raise FabricError(f"{src}: devices: expected a list of {n} entries, got {got}")
     out = []
-    seen: dict[tuple[str, str, int], int] = {}  # (host, "gpu" or "slot", index) -> row
+    seen: dict[tuple[str, str, int], int] = {}  # (host lowercased, "GPU" or "slot", index) -> row
     from solver.names import label_problem, name_problem
 
     for i, d in enumerate(raw):
@@ -320,9 +320,12 @@ def _parse_devices(raw: Any, n: int, src: str) -> tuple[Device, ...]:
             raise FabricError(f"{src}: devices[{i}].slot: expected an index 0-{MAX_INDEX} on a CPU row (gpu null), "
                               f"got {slot!r}")
         if gpu is not None or slot is not None:  # one row per GPU (or CPU slot) of a host
-            key = (d["host"], "GPU" if gpu is not None else "slot", gpu if gpu is not None else slot)
+            # host names are case-insensitive (DNS): Host0 and host0 are one machine
+            key = (d["host"].lower(), "GPU" if gpu is not None else "slot", gpu if gpu is not None else slot)
             if key in seen:
-                raise FabricError(f"{src}: devices[{i}]: {key[0]} {key[1]} {key[2]} is also devices[{seen[key]}]")
+                j = seen[key]
+                also = "" if raw[j]["host"] == d["host"] else f" ({raw[j]['host']}: host names ignore case)"
+                raise FabricError(f"{src}: devices[{i}]: {d['host']} {key[1]} {key[2]} is also devices[{j}]{also}")
             seen[key] = i
         values = {}
         for key in ("region", "zone", "network_group"):

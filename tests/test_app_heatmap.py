@@ -282,3 +282,31 @@ async def test_unmeasured_and_estimated_pairs_have_a_glyph_even_at_half_line_cel
         assert heatmap.layout_.cell == 1 and heatmap.layout_.cell_h == 1
         row = "".join(seg.text for seg in heatmap.render_line(2))[heatmap.label_width:]
     assert row[4] == UNMEASURED_GLYPH and row[5] == ESTIMATED_GLYPH and row[3] == "▀"
+
+
+@pytest.mark.parametrize("region", ["東京都", "é\u0301\u0301e", "서울특별시"])
+async def test_wide_and_combining_labels_keep_the_map_in_its_columns(region):
+    """Row names were padded by characters, not screen cells: a wide or combining region
+    shifted its row's cells right (and the header's names off their columns)."""
+    from rich.cells import cell_len
+    from support import demo_app
+    from textual.widgets import Input
+
+    from screens.heatmap_view import Heatmap
+
+    app = demo_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("3", "space")
+        app.screen.query_one("#set-region", Input).value = region
+        await pilot.click("#apply")
+        await pilot.pause()
+        await pilot.press("2")
+        await pilot.pause()
+        heatmap = app.screen.query_one(Heatmap)
+        gutter = heatmap.label_width
+        for y in range(heatmap.size.height):
+            segments = list(heatmap._line(y))
+            text = "".join(seg.text for seg in segments)
+            first = segments[0].text if segments else ""
+            assert cell_len(first) in (0, gutter), (y, first)  # the gutter is as wide on every line
+            assert cell_len(text) <= heatmap.size.width, (y, text)

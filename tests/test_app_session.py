@@ -153,3 +153,31 @@ def test_session_without_device_records_gets_rows_to_label():
     s = Session(fabric=f, workload=Workload(1, 2, 0.1, 0.1))
     assert [d.host for d in s.devices()] == ["row0", "row1"]
     assert [d.region for d in s.devices()] == ["a", "b"]
+
+
+async def test_loading_a_session_whose_fabric_labels_are_refused_is_an_error_not_a_crash(tmp_path):
+    """A device-less fabric's row labels are its regions: one with a space cannot be a
+    label. ctrl+o said so with a traceback and the console exited."""
+    import json
+
+    from support import demo_app
+    from textual.widgets import Input
+
+    from geoconsole.session import SessionError, demo_session, load_session
+
+    doc = demo_session().to_json()
+    doc["fabric"]["devices"] = None
+    doc["fabric"]["labels"] = [f"Oregon DC {i // 8}" for i in range(len(doc["fabric"]["labels"]))]
+    doc["labels"] = {}
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SessionError, match="s.json: fabric: "):
+        load_session(path)
+    app = demo_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        app.screen.query_one("#path", Input).value = str(path)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.is_running and any("s.json: fabric: " in n.message for n in app._notifications)

@@ -53,6 +53,9 @@ MALFORMED = [
     ("one GPU twice", {**GOOD, "devices": [{"host": "a", "gpu": 0}, {"host": "a", "gpu": 1},
                                            {"host": "b", "gpu": 0}, {"host": "a", "gpu": 1}]},
      "devices[3]: a GPU 1 is also devices[1]"),
+    ("one GPU twice, the host's name in another case", {**GOOD, "devices": [
+        {"host": "host0", "gpu": 0}, {"host": "host0", "gpu": 1}, {"host": "Host0", "gpu": 0}, {"host": "b", "gpu": 0}]},
+     "devices[2]: Host0 GPU 0 is also devices[0] (host0: host names ignore case)"),
     ("a login in a host name", {**GOOD, "devices": [{"host": "root@h1", "gpu": g} for g in range(4)]},
      "devices[0].host: a host name may not hold '@'"),
     ("a look-alike host name", {**GOOD, "devices": [{"host": "h\u043est", "gpu": g} for g in range(4)]},

@@ -116,6 +116,8 @@ BAD_TOML = [
     ('[[hosts]]\naddress = "gpu-\u0430"\n', "hosts[0].address: a host address must be ASCII"),
     ('[[hosts]]\naddress = "a"\nuser = "r\u043eot"\n', "hosts[0].user: a user name must be ASCII"),
     ('[[hosts]]\naddress = "a"\n[[hosts]]\naddress = "a"\n', "duplicate host name 'a'"),
+    ('[[hosts]]\nname = "NODE1"\naddress = "10.0.0.1"\n[[hosts]]\nname = "node1"\naddress = "10.0.0.1"\n',
+     "duplicate host name 'node1' (also "),
     ('[defaults]\nuser = 3\n[[hosts]]\naddress = "a"\n', "defaults.user: expected a user name (text), got int"),
     ('[defaults]\nname = "x"\n[[hosts]]\naddress = "a"\n', "defaults.name: unknown field"),
     ('[hostz]\n', "unknown top-level key 'hostz'"),
