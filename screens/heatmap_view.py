@@ -596,12 +596,15 @@ class Heatmap(Widget, can_focus=True):
 
     def _gutter_segment(self, line: int, r0: int, r1: int, gutter: int, lay: HeatmapLayout) -> Segment:
         """The group name on the line where the group (or the window) starts; ▶ on the cursor row."""
-        name = ""
         vr = self.view[0]
-        for g, first, count in lay.groups:
-            start = max(first, vr)
-            if start < first + count and ((start - vr) * lay.cell_h) // 2 == line:
-                name = g
+        starting = [g for g, first, count in lay.groups
+                    if max(first, vr) < first + count and ((max(first, vr) - vr) * lay.cell_h) // 2 == line]
+        # groups too small for a line of their own: the first, and how many more start here
+        name = starting[0] if starting else ""
+        if len(starting) > 1:
+            more = f"+{len(starting) - 1}"
+            keep = max(gutter - 2 - len(more) - 1, 1)
+            name = f"{set_cell_size(name, min(cell_len(name), keep))} {more}"
         if lay.level == "device" and lay.cell_h >= 4 and r0 == r1 and not name:
             # Zoomed in: each row is tall enough to carry its device's name.
             in_block = line - ((r0 - vr) * lay.cell_h) // 2

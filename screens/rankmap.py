@@ -20,7 +20,8 @@ from screens.base import ConsoleScreen
 from screens.statusbar import StatusBar
 from screens.tabs import ScreenTabs
 from screens.dialogs import PathDialog, ask_path_then
-from screens.widgets import STALE_NOTE, StageLocality, advice_text, grid_rows, region_colours, warning_style
+from screens.widgets import (REGION_COLOURS, STALE_NOTE, StageLocality, advice_text, grid_rows, region_colours,
+                             warning_style)
 from solver.fabric import Device, write_atomic
 
 
@@ -35,9 +36,13 @@ def short_names(devices: tuple[Device, ...]) -> list[str]:
 def region_legend(devices: tuple[Device, ...]) -> Text:
     """'regions: ██ Oregon  ██ Virginia ...' in the grid's colours."""
     text = Text("regions: ", style="bold")
-    for region, colour in region_colours(devices).items():
+    colours = region_colours(devices)
+    for region, colour in colours.items():
         text.append("██", style=colour)
         text.append(f" {region}  ")
+    if len(colours) > len(REGION_COLOURS):  # say so: two regions of one colour look like one
+        text.append(f"({len(colours)} regions share {len(REGION_COLOURS)} colours: see the Labels screen) ",
+                    style="bold")
     text.append("(reverse: the selected edge's bottleneck; c: compact)", style="dim")
     return text
 

@@ -557,3 +557,14 @@ async def test_the_console_solve_equals_the_headless_solve_with_the_same_options
     assert doc["score"]["comm_s"] == pytest.approx(console.fun)
     # the same search, step for step: same moves, same swaps scored
     assert (doc["search"]["nit"], doc["search"]["nfev"]) == (console.nit, console.nfev)
+
+
+def test_the_region_legend_says_when_colours_repeat():
+    from screens.rankmap import region_legend
+    from screens.widgets import REGION_COLOURS
+    from solver.fabric import Device
+
+    few = tuple(Device(f"h{i}", 0, region=f"r{i}") for i in range(3))
+    many = tuple(Device(f"h{i}", 0, region=f"r{i}") for i in range(len(REGION_COLOURS) + 1))
+    assert "share" not in region_legend(few).plain
+    assert f"{len(many)} regions share {len(REGION_COLOURS)} colours" in region_legend(many).plain

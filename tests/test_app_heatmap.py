@@ -310,3 +310,27 @@ async def test_wide_and_combining_labels_keep_the_map_in_its_columns(region):
             first = segments[0].text if segments else ""
             assert cell_len(first) in (0, gutter), (y, first)  # the gutter is as wide on every line
             assert cell_len(text) <= heatmap.size.width, (y, text)
+
+
+async def test_groups_sharing_a_line_at_fit_zoom_say_how_many_more():
+    """30 regions over 64 devices: two groups start on one screen line, and the later
+    name hid the earlier; the line names the first and counts the rest."""
+    from dataclasses import replace
+
+    from support import demo_app
+
+    from geoconsole.session import Session
+    from screens.heatmap_view import Heatmap
+    from solver.fabric import Device
+
+    base = demo_app().session
+    fabric = base.fabric
+    devices = tuple(Device(d.host, d.gpu, region=f"region-{i % 30:02d}") for i, d in enumerate(fabric.devices))
+    app = demo_app()
+    app.session = Session(fabric=replace(fabric, devices=devices), workload=base.workload)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2")
+        await pilot.pause()
+        heatmap = app.screen.query_one(Heatmap)
+        gutters = [next(iter(heatmap._line(y))).text for y in range(2, heatmap.size.height)]
+        assert any("+" in g for g in gutters), gutters
