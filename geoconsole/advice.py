@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from solver.fabric import Fabric
+from solver.fabric import Fabric, parse_timestamp
 from solver.path import HELD_KARP_MAX
 
 #: Severities, least to most pressing.
@@ -308,20 +308,12 @@ def validated_seeds(placements: Sequence[Any]) -> dict[int, float]:
 
 
 # -- stale or mismatched measurement ---------------------------------------------------
-def _parse_time(text: str) -> datetime | None:
-    try:
-        when = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
-
-
 def stale_measurement(fabric: Fabric, now: datetime | None = None) -> list[Advice]:
     """``measured_at`` older than STALE_AFTER_DAYS (a fabric without one says nothing:
     the built-in demos and hand-written matrices carry none)."""
     if not fabric.measured_at:
         return []
-    when = _parse_time(fabric.measured_at)
+    when = parse_timestamp(fabric.measured_at)
     now = now or datetime.now(timezone.utc)
     if when is None:
         return [Advice("stale-measurement", WARNING,

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from geoconsole.errors import InputError, PolicyError
 from solver.fabric import Fabric
-from solver.workload import Workload
+from solver.workload import Workload, WorkloadError
 
 
 class UnmeasuredPairsError(InputError):
@@ -104,9 +104,9 @@ def workload_for(n_devices: int, source: str, pp: int | None, dp: int | None, c_
                          f"choose D_PP x D_DP <= {n_devices}", "shape")
     try:
         return Workload(pp, dp, c_pp, c_dp, pp_messages, dp_messages)
-    except ValueError as exc:  # the workload names its fields: say the flags they came from
-        name, _, why = str(exc).partition(": ")
-        raise InputError(f"--{name.replace('_', '-')}: {why}" if why and name in _FLAG_FIELDS else str(exc)) from None
+    except WorkloadError as exc:  # say the flag the field came from
+        flag = f"--{exc.field.replace('_', '-')}" if exc.field in _FLAG_FIELDS else exc.field
+        raise InputError(f"{flag}: {exc.why}") from None
 
 
 #: Workload fields set by a flag of the same name (``c_pp`` by ``--c-pp``).

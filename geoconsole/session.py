@@ -416,26 +416,22 @@ def session_from_json(doc: Any, source: str) -> Session:
     why = "expected text" if command is not None and not isinstance(command, str) else command_problem(command or "")
     if why:
         raise SessionError(f"{source}: launch_command: {why}")
+    inventory = doc.get("inventory")
     try:
-        return _session(fabric, workload, doc, source, solutions, labels, command)
+        return Session(
+            fabric=fabric,
+            workload=workload,
+            inventory=None if inventory is None else str(inventory),
+            solutions=solutions,
+            path=Path(source),
+            name=str(doc.get("name") or "session"),
+            known_hosts=None if doc.get("known_hosts") is None else str(doc["known_hosts"]),
+            labels=labels,
+            solve_options=_solve_options(doc.get("solve_options"), f"{source}: solve_options"),
+            launch_command=command,
+        )
     except LabelError as exc:  # the fabric's own labels (a row label with a space, say)
         raise SessionError(f"{source}: fabric: {' '.join(str(exc).split())}") from None
-
-
-def _session(fabric, workload, doc, source, solutions, labels, command) -> Session:
-    inventory = doc.get("inventory")
-    return Session(
-        fabric=fabric,
-        workload=workload,
-        inventory=None if inventory is None else str(inventory),
-        solutions=solutions,
-        path=Path(source),
-        name=str(doc.get("name") or "session"),
-        known_hosts=None if doc.get("known_hosts") is None else str(doc["known_hosts"]),
-        labels=labels,
-        solve_options=_solve_options(doc.get("solve_options"), f"{source}: solve_options"),
-        launch_command=command,
-    )
 
 
 #: Longest training command a session keeps.

@@ -80,8 +80,7 @@ def ask_path_then(app, title: str, default: str, write: Callable[[Path], None], 
         from solver.files import names_a_folder
 
         if names_a_folder(text):  # Path drops the slash: the file it names would be written
-            app.notify(f"{text}: ends with '/' (or '/.'), which names a folder; give a file", severity="error",
-                       markup=False)
+            app.notify(f"{text}: ends with '/' (or '/.'), which names a folder; give a file", severity="error")
             return
         path = Path(text).expanduser()
         if path.is_file():

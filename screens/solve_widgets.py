@@ -13,7 +13,7 @@ from textual.widgets import Input, Label, Static
 
 from geoconsole.solving import MAX_BUDGET, MAX_RESTARTS, MAX_SEED, MAX_TIME_LIMIT_S, MIN_TIME_LIMIT_S
 from screens.fields import Field
-from solver.workload import Workload
+from solver.workload import Workload, WorkloadError
 
 BARS = " ▁▂▃▄▅▆▇█"
 
@@ -104,9 +104,8 @@ class WorkloadForm(Vertical):
                 c_pp=number("c_pp"), c_dp=number("c_dp"),
                 pp_messages=number("pp_messages"), dp_messages=number("dp_messages"),
             )
-        except ValueError as exc:  # the workload's own checks name its fields: say the labels
-            name, _, why = str(exc).partition(": ")
-            raise ValueError(f"{label.get(name, name)}: {why}" if why else str(exc)) from None
+        except WorkloadError as exc:  # the workload's own checks: worded with the form's labels
+            raise ValueError(f"{label.get(exc.field, exc.field)}: {exc.why}") from None
         if workload.n_devices != n_devices:
             raise ValueError(f"D_PP x D_DP: {workload.d_pp} x {workload.d_dp} = {workload.n_devices}, the fabric has {n_devices} devices")
         budget = number("budget", int, optional=True)

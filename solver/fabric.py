@@ -346,6 +346,11 @@ _PAIR_TABLES = {"estimated": "booleans", "inferred": "booleans", "fit_r2": "numb
                 "inferred_basis": "strings or nulls"}
 
 
+#: The JSON value types each kind of table holds (``type(True)`` is bool, not int).
+_PAIR_TYPES = {"booleans": {bool}, "numbers or nulls": {int, float, type(None)},
+               "strings or nulls": {str, type(None)}}
+
+
 def _entry_ok(x: Any, kind: str) -> bool:
     if kind == "booleans":
         return isinstance(x, bool)
@@ -372,24 +377,30 @@ def _check_pair_tables(doc: dict, n: int, source: str) -> None:
             if not isinstance(row, list) or len(row) != n:
                 got = f"{len(row)} entries" if isinstance(row, list) else type(row).__name__
                 raise FabricError(f"{source}: {key}[{i}]: expected {n} {kind}, got {got}")
-            if not all(_entry_ok(x, kind) for x in row):
+            if not set(map(type, row)) <= _PAIR_TYPES[kind]:  # one C pass a row; the culprit only then
                 j = next(j for j, x in enumerate(row) if not _entry_ok(x, kind))
                 raise FabricError(f"{source}: {key}[{i}][{j}]: expected {kind[:-1] if kind == 'booleans' else kind}, "
                                   f"got {str(row[j])[:40]!r}")
 
 
-def _check_timestamp(value: Any, source: str) -> None:
-    """``measured_at``: an ISO 8601 time (``2026-12-01T10:00:00Z``), else FabricError:
-    a launch's --strict check and the measurement's age read it."""
-    from datetime import datetime
+def parse_timestamp(value: Any):
+    """An ISO 8601 time (``2026-12-01T10:00:00Z``; RFC 3339's lowercase z too) as a
+    ``datetime``, UTC when it names no zone; None when ``value`` is none."""
+    from datetime import datetime, timezone
 
-    ok = isinstance(value, str) and len(value) <= 64
-    if ok:
-        try:  # RFC 3339 allows a lowercase z
-            datetime.fromisoformat(value[:-1] + "+00:00" if value[-1:] in ("Z", "z") else value)
-        except ValueError:
-            ok = False
-    if not ok:
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    try:
+        when = datetime.fromisoformat(value[:-1] + "+00:00" if value[-1:] in ("Z", "z") else value)
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def _check_timestamp(value: Any, source: str) -> None:
+    """``measured_at``: an ISO 8601 time (``parse_timestamp``), else FabricError: a
+    launch's --strict check and the measurement's age read it."""
+    if parse_timestamp(value) is None:
         raise FabricError(f"{source}: measured_at: expected an ISO 8601 timestamp such as 2026-12-01T10:00:00Z, "
                           f"got {str(value)[:40]!r}")
 

@@ -6,6 +6,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 
+class WorkloadError(ValueError):
+    """A workload field out of range: ``field`` names it, ``why`` says why (the message
+    is ``"field: why"``), so that callers can word it with their own flag or label."""
+
+    def __init__(self, field: str, why: str) -> None:
+        super().__init__(f"{field}: {why}")
+        self.field, self.why = field, why
+
+
 @dataclass(frozen=True)
 class Workload:
     """A ``d_pp``-stage pipeline replicated ``d_dp`` times (``d_pp * d_dp`` devices).
@@ -29,11 +38,11 @@ class Workload:
         for name in ("d_pp", "d_dp"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name}: must be a whole number >= 1, got {v!r}")
+                raise WorkloadError(name, f"must be a whole number >= 1, got {v!r}")
         for name in ("c_pp", "c_dp", "pp_messages", "dp_messages"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not (0 <= float(v) < 1e9):
-                raise ValueError(f"{name}: must be a finite number >= 0 and below 1e9, got {v!r}")
+                raise WorkloadError(name, f"must be a finite number >= 0 and below 1e9, got {v!r}")
 
     @property
     def n_devices(self) -> int:

@@ -324,12 +324,13 @@ def export_command(
 ) -> None:
     """Export the rank map for other launchers: torchrun script, Slurm hostfile, rankfile, JSON, Kubernetes."""
     from geoconsole.launch.export import FORMATS, ExportError, export, parse, plan_slots
+    from geoconsole.launch.plan import MODES, check_one_line
     from solver.files import write_text
 
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    if mode not in ("torchrun", "env"):
-        raise UserError(f"--mode {mode!r}: expected torchrun or env")
+    if mode not in MODES:
+        raise UserError(f"--mode {mode!r}: expected {' or '.join(MODES)}")
     if fmt == "torchrun" and mode != "torchrun":
         raise UserError(f"--mode {mode}: --format torchrun writes torchrun agents; leave out --mode or use --format json")
     given = _given_on_the_command_line(ctx)
@@ -352,7 +353,6 @@ def export_command(
         command = ["<command>"]
     plan = _plan(fabric, ranks, hosts, command or ["<command>"], mode=mode, backend=backend,
                  port=port, workdir=workdir, env=_env(env), interface=interface)
-    from geoconsole.launch.plan import check_one_line
     from geoconsole.launch.slurm import node_map
 
     if fmt in ("torchrun", "k8s"):  # export checks it too; here the error names the flag
