@@ -90,6 +90,19 @@ def test_export_writes_a_file_that_reads_back(fabric, tmp_path, fmt):
         assert os.access(out, os.X_OK)
 
 
+def test_json_export_without_a_command_holds_no_command_to_run(fabric):
+    """It held a stand-in ``<command>`` inside every rank's argv and shell line."""
+    r = run("export", "-m", str(fabric), "-r", "1,0,3,2", "--format", "json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["command"] is None and "<command>" not in r.stdout
+    assert all(p["argv"] is None and p["shell"] is None for p in doc["processes"])
+    assert [(s.rank, s.host, s.device) for s in parse(r.stdout, "json")] == [
+        (0, "a", 1), (1, "a", 0), (2, "b", 3), (3, "b", 2)]
+    given = json.loads(run("export", "-m", str(fabric), "-r", "1,0,3,2", "--format", "json", "--", "t.py").stdout)
+    assert given["command"] == ["t.py"] and all("t.py" in p["shell"] for p in given["processes"])
+
+
 def test_export_unknown_format(fabric):
     r = run("export", "-m", str(fabric), "-r", "1,0,3,2", "--format", "pbs")
     assert r.exit_code == 2 and "--format 'pbs'" in r.output

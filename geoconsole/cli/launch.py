@@ -311,7 +311,7 @@ def export_command(
     rank_map: str = RANK_MAP,
     fmt: str = typer.Option("json", "--format", "-f", help="torchrun | slurm | rankfile | json | k8s"),
     output: Optional[Path] = path_option(None, "--output", "-o", help="Write here (default, or -: standard output)."),
-    command: List[str] = typer.Argument(None, help="The training command, after '--' (torchrun, json and k8s formats; the others list only where each rank runs)."),
+    command: List[str] = typer.Argument(None, help="The training command, after '--' (torchrun and k8s need it; json without it has null commands; slurm and rankfile list only where each rank runs)."),
     inventory: Optional[Path] = INVENTORY,
     mode: str = MODE,
     backend: Optional[str] = BACKEND,
@@ -347,10 +347,10 @@ def export_command(
     fabric, ranks = _solution(rank_map, fabric)
     inv, hosts = _inventory(inventory)
     hosts = _hosts_for(fabric, hosts, False, inventory)
-    if not command and fmt in ("torchrun", "json", "k8s"):
-        if fmt in ("torchrun", "k8s"):
-            raise UserError(f"command: give the training command after '--' for --format {fmt}")
-        command = ["<command>"]
+    if not command and fmt in ("torchrun", "k8s"):
+        raise UserError(f"command: give the training command after '--' for --format {fmt}")
+    # slurm, rankfile and a json without a command list only where each rank runs: the
+    # plan is built around a stand-in the export leaves out
     plan = _plan(fabric, ranks, hosts, command or ["<command>"], mode=mode, backend=backend,
                  port=port, workdir=workdir, env=_env(env), interface=interface)
     from geoconsole.launch.slurm import node_map
@@ -358,7 +358,7 @@ def export_command(
     if fmt in ("torchrun", "k8s"):  # export checks it too; here the error names the flag
         check_one_line(plan)
     with flag(f"--format {fmt}"):
-        text = export(plan, fmt, image=image, name=job_name,
+        text = export(plan, fmt, image=image, name=job_name, with_command=bool(command),
                       nodes=node_map(inv, "slurm_node" if fmt == "slurm" else "k8s_node"))
     if parse(text, fmt) != plan_slots(plan):  # an export must read back to the same mapping
         raise ExportError(f"--format {fmt}: the export does not read back to the plan")

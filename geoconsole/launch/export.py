@@ -19,7 +19,9 @@ that a parse gives back the same mapping, and the rank map itself):
     the rank to; the trailing ``# gpu=G device=I`` comment (the lexer skips ``#`` to end
     of line) carries the GPU for the job to select.
 ``json``
-    The plan itself (``geoconsole-launch/1``), commands included.
+    The plan itself (``geoconsole-launch/1``), commands included; exported without a
+    training command, ``command`` and each process's ``argv`` and ``shell`` are null
+    (the mapping, environment and rendezvous only: nothing that could be run).
 ``k8s``
     Kubernetes manifests: one Pod per node pinned by ``kubernetes.io/hostname``, a
     headless Service for rank 0 (:mod:`geoconsole.launch.k8s`).
@@ -79,10 +81,11 @@ def rank_map_of(slots: list[RankSlot]) -> list[int]:
 
 
 def export(plan: LaunchPlan, fmt: str, *, image: str | None = None, name: str = "geoconsole",
-           nodes: dict[str, str] | None = None) -> str:
+           nodes: dict[str, str] | None = None, with_command: bool = True) -> str:
     """The plan in format ``fmt``; ``image`` and ``name`` are the k8s format's, ``nodes``
     (host -> node name: the inventory's ``k8s_node`` or ``slurm_node``) the k8s and slurm
-    formats'."""
+    formats'; ``with_command=False`` (json only: the plan was built around a stand-in
+    command) nulls the commands."""
     if fmt not in FORMATS:
         raise ExportError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if fmt in ("torchrun", "k8s"):  # scripts, read back line by line
@@ -95,7 +98,9 @@ def export(plan: LaunchPlan, fmt: str, *, image: str | None = None, name: str = 
         return export_k8s(plan, image=image, name=name, nodes=nodes)
     if fmt == "slurm":
         return export_slurm(plan, nodes)
-    return {"torchrun": export_torchrun, "rankfile": export_rankfile, "json": export_json}[fmt](plan)
+    if fmt == "json":
+        return export_json(plan, with_command)
+    return {"torchrun": export_torchrun, "rankfile": export_rankfile}[fmt](plan)
 
 
 def parse(text: str, fmt: str, source: str = "<export>") -> list[RankSlot]:
@@ -356,8 +361,13 @@ def parse_rankfile(text: str, source: str = "<rankfile>") -> list[RankSlot]:
 # --- JSON ------------------------------------------------------------------------------
 
 
-def export_json(plan: LaunchPlan) -> str:
-    return json.dumps(plan.to_json(), indent=1) + "\n"
+def export_json(plan: LaunchPlan, with_command: bool = True) -> str:
+    doc = plan.to_json()
+    if not with_command:  # a stand-in command is no command: never written where it could be run
+        doc["command"] = None
+        for p in doc["processes"]:
+            p["argv"] = p["shell"] = None
+    return json.dumps(doc, indent=1) + "\n"
 
 
 def parse_json(text: str, source: str = "<launch json>") -> list[RankSlot]:
