@@ -81,6 +81,25 @@ def test_a_second_ctrl_c_during_the_wind_down_still_prints_the_result(ww_path, t
     assert "Ctrl-C again quits without it" in err
 
 
+def test_two_signals_during_one_long_c_call_count_as_two(capfd):
+    """Python runs a handler once for two deliveries that arrive while the main thread is
+    inside one C call (a loaded machine, a quick double tap): the second Ctrl-C went
+    uncounted, so it neither said so nor let a third quit. The taps come from another
+    process (a thread of this one would wait for the GIL the C call holds)."""
+    from geoconsole.cli.solve import _interruptible
+
+    with _interruptible() as state:
+        tapper = subprocess.Popen(["sh", "-c", f"sleep 0.3; kill -INT {os.getpid()}; sleep 0.05; "
+                                               f"kill -INT {os.getpid()}; echo sent"], stdout=subprocess.PIPE)
+        time.sleep(0.1)
+        while tapper.poll() is None:  # each call a second of C: both taps land inside one
+            sum(range(10**8))
+    assert tapper.stdout.read() == b"sent\n"
+    assert state["signals"] == 2 and state["stop"]
+    assert "Ctrl-C again quits without it" in capfd.readouterr().err
+    assert signal.set_wakeup_fd(-1) == -1  # the wakeup pipe was taken down again
+
+
 @pytest.mark.slow
 def test_ctrl_c_during_compare_seeds_stops_the_reruns(ww_path, tmp_path):
     """The --compare-seeds reruns ran on through Ctrl-C and the command exited 0."""

@@ -43,11 +43,17 @@ def _interruptible():
     """While active, Ctrl-C (SIGINT) or SIGTERM asks the work to stop (``state["stop"]``;
     the solver sees it through its callback) instead of killing it, so the best so far is
     printed and recorded. The wind-down is bounded, and a second signal during it only
-    says so; a third quits at once, without the result."""
+    says so; a third quits at once, without the result.
+
+    Signals are counted by delivery, not by handler call: two that arrive while the main
+    thread is inside one long C call (a loaded machine, a quick double tap) run the
+    handler once, so each delivery also writes a byte to a wakeup pipe and the handler
+    counts those."""
     state = {"stop": False, "signals": 0}
+    wakeup = _wakeup_pipe()
 
     def handler(signum, frame):
-        state["signals"] += 1
+        state["signals"] += _deliveries(wakeup)
         state["stop"] = True
         if state["signals"] == 2:  # os.write: print() here could re-enter a write under way
             os.write(2, b"stopping: the best placement so far is printed in a moment "
@@ -66,6 +72,39 @@ def _interruptible():
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
+        if wakeup is not None:
+            signal.set_wakeup_fd(wakeup[2])
+            os.close(wakeup[0])
+            os.close(wakeup[1])
+
+
+def _wakeup_pipe() -> tuple[int, int, int] | None:
+    """``(read end, write end, previous wakeup fd)`` of a non-blocking pipe set as the
+    signal wakeup fd (one byte, the signal number, per delivery); None off the main
+    thread or where it cannot be made."""
+    try:
+        r, w = os.pipe()
+    except OSError:
+        return None
+    for fd in (r, w):
+        os.set_blocking(fd, False)
+    try:
+        return r, w, signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    except ValueError:  # not the main thread
+        os.close(r)
+        os.close(w)
+        return None
+
+
+def _deliveries(wakeup: tuple[int, int, int] | None) -> int:
+    """SIGINT and SIGTERM deliveries since the last call (at least the one being handled)."""
+    if wakeup is None:
+        return 1
+    try:
+        data = os.read(wakeup[0], 256)
+    except OSError:  # nothing there (BlockingIOError) or closed
+        return 1
+    return max(1, sum(b in (signal.SIGINT, signal.SIGTERM) for b in data))
 
 
 def run_solve(model, options, *, progress: bool, seed_orders=None, state=None):
