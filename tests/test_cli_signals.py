@@ -196,6 +196,44 @@ def test_a_closed_standard_output_is_one_line_for_print_and_rich_too(printer):
         proc.stderr
 
 
+@pytest.mark.parametrize("printer, code, unbuffered", [
+    ("print('x')", 1, False),
+    ("print('x')", 1, True),
+    ("__import__('rich.console').console.Console().print('x')", 1, False),
+    ("__import__('rich.console').console.Console().print('x')", 1, True),
+    ("(print('x'), (_ for _ in ()).throw(typer.Exit(3)))", 3, False),
+])
+def test_a_full_standard_output_is_one_line_for_print_and_rich_too(printer, code, unbuffered):
+    """Buffered, print() into a full disk failed only at the interpreter's last flush: exit
+    120 and an 'Exception ignored' notice; unbuffered, at once, with a traceback. The
+    command's own exit code is kept when it has one, else exit 1 and one line."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    program = ("import sys, typer\nfrom geoconsole.cli.errors import cli_errors\n"
+               f"run = cli_errors(lambda: {printer})\n"
+               "try:\n    run()\nexcept typer.Exit as exc:\n    sys.exit(exc.exit_code)\n")
+    proc = subprocess.run(["bash", "-c", f"exec >/dev/full; {sys.executable} -c \"$0\"", program],
+                          stderr=subprocess.PIPE, text=True, timeout=60, env=env)
+    assert proc.returncode == code, proc.stderr
+    assert proc.stderr.strip() == ("error: standard output: cannot write (No space left on device)" if code == 1
+                                   else ""), proc.stderr
+
+
+def test_score_and_inventory_fail_on_a_full_standard_output(ww_path, tmp_path):
+    """score exited 0 having printed nothing; inventory ended in a traceback (Rich's write)."""
+    inventory = tmp_path / "hosts.toml"
+    inventory.write_text('[[hosts]]\nname = "loc"\naddress = "127.0.0.1"\nport = 2\n')  # nothing listens
+    for args in (["score", "--matrix", str(ww_path), *WW, "-r", ",".join(map(str, range(64)))],
+                 ["inventory", "-i", str(inventory), "--connect-timeout", "2"],
+                 ["inventory", "-i", str(inventory), "--connect-timeout", "2", "--json"]):
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run([sys.executable, "-m", "geoconsole.cli", "--headless", *args],
+                                  stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+        assert proc.returncode == 1, (args, proc.stderr)
+        assert proc.stderr.strip().splitlines() == ["error: standard output: cannot write (No space left on device)"]
+
+
 def test_a_closed_standard_output_leaves_no_free_descriptor_1():
     """With descriptor 1 closed, the next file opened got it and became the standard
     output of every subprocess (ssh); cli_errors puts /dev/null there."""

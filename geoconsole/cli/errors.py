@@ -89,6 +89,33 @@ class ClosedStdout(io.TextIOBase):
         raise io.UnsupportedOperation("standard output is closed")
 
 
+class WatchedStdout:
+    """``sys.stdout`` as it was, noting the write or flush that failed: print() and Rich
+    raise from C or from deep inside, and unbuffered (``PYTHONUNBUFFERED``) their failure
+    leaves nothing to flush later, so only the stream can tell it was standard output."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+        self.failed: OSError | None = None
+
+    def write(self, text):
+        try:
+            return self._inner.write(text)
+        except OSError as exc:
+            self.failed = exc
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._inner.flush()
+        except OSError as exc:
+            self.failed = exc
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
 def close_stdout() -> None:
     """Install :class:`ClosedStdout` for a process started with standard output closed,
     and put /dev/null on descriptor 1: a file opened later would otherwise get that
@@ -124,10 +151,24 @@ def silence_stdout() -> None:
         pass
 
 
+def settle_stdout() -> OSError | None:
+    """Flush standard output now; where that fails (a full disk, a closed pipe) point it
+    at /dev/null, so the interpreter's own flush at exit cannot fail later (a traceback-like
+    notice and exit status 120 in place of the command's), and return why."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except OSError as exc:
+        silence_stdout()
+        return exc
+    return None
+
+
 def fail(message: str, code: ExitCode = ExitCode.USAGE) -> "typer.Exit":
     """Print ``error: message`` on stderr (one line) and return the Exit to raise."""
     from solver.files import shown
 
+    settle_stdout()
     one_line = shown(" ".join(str(message).split()))  # no line breaks, no escape sequences
     print(f"error: {one_line}", file=sys.stderr)
     return typer.Exit(int(code))
@@ -152,8 +193,15 @@ def cli_errors(func):
     def wrapper(*args, **kwargs):
         if sys.stdout is None:
             close_stdout()
+        if not isinstance(sys.stdout, (ClosedStdout, WatchedStdout)):
+            sys.stdout = WatchedStdout(sys.stdout)
         try:
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            sys.stdout.flush()  # what print() left buffered fails here, not at exit
+            return out
+        except typer.Exit:  # the command's own exit code, whatever standard output did
+            settle_stdout()
+            raise
         except (UserError, *_domain_errors()) as exc:
             raise fail(with_flag(exc), exit_code_for(exc)) from None
         except KeyboardInterrupt:
@@ -191,6 +239,8 @@ def _stdout_failed(exc: OSError) -> bool:
     raised inside click's ``echo``, or standard output still cannot flush (a ``print``
     whose text is still buffered)."""
     if isinstance(sys.stdout, ClosedStdout):  # every write to it fails: print, Rich, echo
+        return True
+    if isinstance(sys.stdout, WatchedStdout) and sys.stdout.failed is exc:
         return True
     tb = exc.__traceback__
     while tb is not None:

@@ -6,6 +6,7 @@ cryptography cost ~0.3 s), so other commands never pay for them.
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -80,7 +81,7 @@ def inventory_command(
         doc = {"inventory": str(inventory), "hosts": [
             {"name": h.name, "error": str(r)} if isinstance(r, Exception) else r.to_json()
             for h, r in zip(inv.hosts, results)]}
-        print(json.dumps(doc, indent=1))
+        typer.echo(json.dumps(doc, indent=1))
     else:
         _print_inventory(inv.hosts, results)
     if failures:
@@ -90,13 +91,14 @@ def inventory_command(
 def _print_inventory(hosts, results) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title="Fleet", show_lines=False)
     for col in ("host", "hostname", "devices", "links", "torch", "NCCL", "interface", "TCP cc", "location"):
         table.add_column(col, overflow="fold")
     for host, r in zip(hosts, results):
         if isinstance(r, Exception):
-            table.add_row(host.name, "-", f"[red]{str(r).split(': ', 1)[-1]}[/red]", "", "", "", "", "", "")
+            table.add_row(Text(host.name), "-", Text(str(r).split(": ", 1)[-1], style="red"), "", "", "", "", "", "")
             continue
         if r.cpu_host:
             devices = "CPU (gloo)" if len(r.devices) == 1 else f"{len(r.devices)} CPU slots (gloo)"
@@ -109,9 +111,12 @@ def _print_inventory(hosts, results) -> None:
         if r.location_source:
             where += f" ({r.location_source})"
         iface = f"{r.interface or '?'} mtu {r.mtu or '?'}"
-        table.add_row(r.name, r.hostname, devices, links + nics, r.torch or "-", r.nccl or "-",
-                      iface, r.congestion_control or "?", where)
-    Console(width=max(120, Console().width)).print(table)
+        # Text, never markup: every cell holds what a host reported or an inventory named
+        table.add_row(*map(Text, (r.name, r.hostname, devices, links + nics, r.torch or "-", r.nccl or "-",
+                                  iface, r.congestion_control or "?", where)))
+    shown_table = io.StringIO()  # echoed: a failed write is one line (cli_errors)
+    Console(file=shown_table, width=max(120, Console().width), force_terminal=sys.stdout.isatty()).print(table)
+    typer.echo(shown_table.getvalue(), nl=False)
     for host, r in zip(hosts, results):
         if not isinstance(r, Exception):
             for note in r.notes:

@@ -317,7 +317,8 @@ def score_command(
     except ValueError as exc:
         raise UserError(f"--rank-map: {exc}") from None
     doc = score_json(fabric, model.score_rank_map(ranks))
-    _emit(doc, as_json, "\n".join(format_score(doc) + [format_rank_map(doc["rank_map"])]))
+    # echoed, not _emit()ted: a failed write is the command's failure (cli_errors: exit 1)
+    typer.echo(json.dumps(doc, indent=1) if as_json else "\n".join(format_score(doc) + [format_rank_map(doc["rank_map"])]))
 
 
 def demo_command(
