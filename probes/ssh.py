@@ -42,6 +42,8 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import errno
 import getpass
 import ipaddress
@@ -185,10 +187,31 @@ def read_known_hosts(path: str | os.PathLike[str]) -> asyncssh.SSHKnownHosts:
     except OSError:
         pass  # read_text says why
     text = read_text(path, "known_hosts", max_bytes=MAX_KNOWN_HOSTS_BYTES)
+    _check_known_hosts_lines(path, text)
     try:
         return asyncssh.import_known_hosts(text)
     except ValueError as exc:
         raise FileError(f"{path}: {_short(str(exc))}") from None
+
+
+def _check_known_hosts_lines(path: Path, text: str) -> None:
+    """Each entry is ``[@marker] hosts keytype base64-key [comment]`` (sshd(8)); asyncssh
+    skips some malformed lines without a word (``my notes``, a key that is not base64),
+    so a file of typos trusted nothing and every host then failed its key check."""
+    for number, line in enumerate(text.splitlines(), 1):
+        fields = line.split()
+        if not fields or fields[0].startswith("#"):
+            continue
+        if fields[0].startswith("@"):
+            if fields[0] not in ("@cert-authority", "@revoked"):
+                raise FileError(f"{path}: line {number}: unknown marker {_short(fields[0])!r}")
+            fields = fields[1:]
+        if len(fields) < 3:
+            raise FileError(f"{path}: line {number}: expected hosts, key type and key")
+        try:
+            base64.b64decode(fields[2], validate=True)
+        except (binascii.Error, ValueError):
+            raise FileError(f"{path}: line {number}: the key is not base64") from None
 
 
 def known_hosts_pattern(address: str, port: int) -> str:

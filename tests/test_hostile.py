@@ -658,3 +658,29 @@ def test_an_exported_torchrun_script_offers_the_inventorys_identity(tmp_path):
         if host == "h1":
             assert args[args.index("arg:-i") + 1] == f"arg:{key}"
     assert not (tmp_path / "PWNED").exists()
+
+
+@pytest.mark.parametrize("content, why", [
+    ("my notes\n", "line 1: expected hosts, key type and key"),
+    ("# mine\n\nhost1 ssh-ed25519 !!!notbase64\n", "line 3: the key is not base64"),
+    ("@trusted host1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA==\n", "line 1: unknown marker '@trusted'"),
+])
+def test_a_malformed_known_hosts_line_is_refused_before_any_host_is_reached(tmp_path, content, why):
+    """asyncssh skipped these lines without a word: the file trusted nothing it seemed to."""
+    known = tmp_path / "known"
+    known.write_text(content)
+    inventory = tmp_path / "hosts"
+    inventory.write_text("nonexistent.invalid slots=1\n")
+    line = expect_one_line(tmp_path, ["inventory", "-i", str(inventory), "--known-hosts", str(known)], 2,
+                           "--known-hosts")
+    assert why in line
+
+
+def test_a_well_formed_known_hosts_file_is_read(tmp_path):
+    from probes.ssh import read_known_hosts
+
+    known = tmp_path / "known"
+    known.write_text("# comment\n\n|1|c2FsdA==|aGFzaA== ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOh0 a comment\n"
+                     "@cert-authority *.example ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOh0\n"
+                     "[h1]:2222,10.0.0.1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOh0\n")
+    read_known_hosts(known)  # no FileError
