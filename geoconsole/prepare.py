@@ -149,12 +149,14 @@ def unmeasured_message(fabric: Fabric) -> str | None:
 
 
 def excluded_rows(fabric: Fabric, names: Sequence[str]) -> list[int]:
-    """Rows named by ``HOST`` (every device of the host) or ``HOST:GPU`` (one device);
+    """Rows named by ``HOST`` (every device of the host) or ``HOST:GPU`` (one device), host
+    names in any case (as DNS; a fabric never holds two that differ only in case);
     InputError naming the first name that matches no device."""
     rows: list[int] = []
     for name in names:
-        as_device = [i for i in range(fabric.n) if fabric.device_name(i) == name]
-        as_host = [i for i in range(fabric.n) if fabric.devices is not None and fabric.devices[i].host == name]
+        key = name.lower()
+        as_device = [i for i in range(fabric.n) if fabric.device_name(i).lower() == key]
+        as_host = [i for i in range(fabric.n) if fabric.devices is not None and fabric.devices[i].host.lower() == key]
         if as_device and as_host and set(as_device) != set(as_host):
             # host "a:1" and GPU 1 of host "a" are both written a:1 (host names may hold ':')
             other = fabric.devices[next(i for i in as_device if i not in as_host)]

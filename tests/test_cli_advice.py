@@ -77,6 +77,10 @@ def test_exclude_a_host_name_and_select_exclude(files):
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert "h5:0" not in doc["devices"] and len(doc["devices"]) == 16
+    for name in ("H5", "H5:0"):  # host names in any case, as DNS
+        upper = json.loads(run("select", "-m", files["slow17"], "--pp", "4", "--dp", "4", "--exclude", name,
+                               "--json").stdout)
+        assert "h5:0" not in upper["devices"] and len(upper["devices"]) == 16
 
 
 @pytest.mark.parametrize("cmd", ["solve", "select"])

@@ -273,6 +273,11 @@ def test_labels_set_command(tmp_path):
     r = CliRunner().invoke(app, ["labels", "set", "-m", str(dst), "-o", str(dst), "--host", "h1", "--host", "h1",
                                  "--zone", "z"])
     assert r.exit_code == 0 and r.output.startswith("set zone=z on 1 host;"), r.output
+    # host names in any case, as DNS (the fabric never holds two that differ only in case)
+    r = CliRunner().invoke(app, ["labels", "set", "-m", str(dst), "-o", str(dst), "--host", "H1", "--host", "h1",
+                                 "--zone", "z2"])
+    assert r.exit_code == 0 and r.output.startswith("set zone=z2 on 1 host;"), r.output
+    assert [d.zone for d in load_fabric(dst).devices[:2]] == ["z2", "z2"]
     for args, match in ((["--host", "h9", "--zone", "z"], "no device h9 in the fabric"),
                         (["--host", "h1", "--gpu", "5", "--zone", "z"], "no device h1:5"),
                         (["--host", "h1"], "nothing to set"),

@@ -217,7 +217,10 @@ def set_command(
         raise UserError("nothing to set: give --region, --zone or --network-group")
     for field, value in changes.items():
         validate_label(field, value, "--" + field.replace("_", "-"))
-    host = list(dict.fromkeys(host))  # a host given twice is labelled (and counted) once
+    first: dict[str, str] = {}
+    for h in host:  # a host given twice (in any case) is labelled (and counted) once
+        first.setdefault(h.lower(), h)
+    host = list(first.values())
     for h in host:
         if not h.strip():
             raise UserError(f"--host: expected a host name, got {h!r}")
@@ -234,10 +237,12 @@ def _set_labels(fabric, save, matrix, host, gpu, changes) -> None:
     if fabric.devices is None:
         raise UserError(f"{matrix}: devices: the fabric lists no devices to label")
     known = {(d.host, d.gpu) for d in fabric.devices}
+    named = {kh.lower(): kh for kh, _ in known}  # any case, as DNS: the fabric's own spelling
     for h in host:
-        if not any(kh == h and (gpu is None or kg == gpu) for kh, kg in known):
+        if not any(kh == named.get(h.lower()) and (gpu is None or kg == gpu) for kh, kg in known):
             what = f"{h}:{gpu}" if gpu is not None else h
             raise UserError(f"{matrix}: no device {what} in the fabric")
+    host = list(dict.fromkeys(named[h.lower()] for h in host))
     labels = LabelSet.from_fabric(fabric)
     for field, value in changes.items():
         labels.set_many([(h, gpu) for h in host], field, value, "operator", replace_gpus=True)
