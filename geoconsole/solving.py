@@ -65,12 +65,17 @@ class SolveOutcome:
 
 def cost_model(fabric: Fabric, workload: Workload):
     """The cost model of ``workload`` on ``fabric``; InputError when they do not fit."""
+    from geoconsole.prepare import unmeasured_message
     from solver.cost import CostModel
 
+    message = unmeasured_message(fabric)  # solve's words (it checks before, in prepare_for_solve)
+    if message is not None:
+        raise InputError(f"{message} (labels fill)")
     try:
         return CostModel.from_fabric(fabric, workload)
     except ValueError as exc:
-        raise InputError(f"{fabric.source}: {exc}") from None
+        text = str(exc)
+        raise InputError(text if text.startswith(f"{fabric.source}: ") else f"{fabric.source}: {text}") from None
 
 
 def check_baseline_samples(samples: int) -> int:
