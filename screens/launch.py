@@ -40,15 +40,15 @@ def plan_hosts(session) -> dict:
     """LaunchHost per host: from the inventory when there is one, else host = address."""
     from geoconsole.launch.plan import LaunchHost
 
+    from geoconsole.launch.plan import hosts_of_fabric
+
     hosts: dict = {}
     if session.inventory:
         from geoconsole.inventory import load_inventory
 
         for h in load_inventory(Path(session.inventory)).hosts:
             hosts[h.name] = LaunchHost.from_inventory(h)
-    for d in session.devices():
-        hosts.setdefault(d.host, LaunchHost(name=d.host, address=d.host))
-    return hosts
+    return hosts_of_fabric(session.devices(), hosts)[0]
 
 
 class LaunchScreen(ConsoleScreen):
@@ -131,7 +131,7 @@ class LaunchScreen(ConsoleScreen):
             return {}
         from geoconsole.inventory import load_inventory
 
-        return node_map(load_inventory(Path(self.session.inventory)), field)
+        return node_map(load_inventory(Path(self.session.inventory)), field, {d.host for d in self.session.devices()})
 
     def action_cycle_mode(self) -> None:
         if not self.running:

@@ -103,6 +103,33 @@ def test_json_export_without_a_command_holds_no_command_to_run(fabric):
     assert given["command"] == ["t.py"] and all("t.py" in p["shell"] for p in given["processes"])
 
 
+def test_inventory_names_match_the_fabric_in_any_case(fabric, tmp_path):
+    """An inventory naming ``A`` for the fabric's host ``a`` was ignored: the plan reached
+    ``a`` by its bare name, not the inventory's address, user or node."""
+    inventory = tmp_path / "hosts.toml"
+    inventory.write_text('[[hosts]]\nname = "A"\naddress = "10.255.255.1"\nslurm_node = "node-a"\n'
+                         '[[hosts]]\nname = "B"\naddress = "10.255.255.2"\n')
+    r = run("launch", "-m", str(fabric), "-r", "0,1,2,3", "-i", str(inventory), "--dry-run", "--json", "--", "t.py")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["master_addr"] == "10.255.255.1"
+    assert [p["host"] for p in doc["processes"]] == ["a", "a", "b", "b"]  # the fabric's spelling
+    assert [p["address"] for p in doc["processes"]] == ["10.255.255.1"] * 2 + ["10.255.255.2"] * 2
+    r = run("export", "-m", str(fabric), "-r", "0,1,2,3", "-i", str(inventory), "-f", "slurm")
+    assert r.exit_code == 0, r.output
+    assert [x for x in r.stdout.splitlines() if not x.startswith("#")] == ["node-a", "node-a", "b", "b"]
+
+
+def test_a_fabric_host_missing_from_the_inventory_is_noted(fabric, tmp_path):
+    inventory = tmp_path / "hosts.toml"
+    inventory.write_text('[[hosts]]\nname = "a"\naddress = "10.255.255.1"\n')
+    r = run("export", "-m", str(fabric), "-r", "0,1,2,3", "-i", str(inventory), "-f", "json", "--", "t.py")
+    assert r.exit_code == 0, r.output
+    assert f"note: {inventory}: host 'b' of the fabric not in it: reached by name, ssh defaults" in r.stderr
+    r = run("launch", "-m", str(fabric), "-r", "0,1,2,3", "-i", str(inventory), "--", "t.py")
+    assert r.exit_code == 2 and "host 'b' of the fabric is not in the inventory" in r.stderr
+
+
 def test_export_unknown_format(fabric):
     r = run("export", "-m", str(fabric), "-r", "1,0,3,2", "--format", "pbs")
     assert r.exit_code == 2 and "--format 'pbs'" in r.output

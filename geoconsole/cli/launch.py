@@ -68,14 +68,20 @@ def _inventory(path: Optional[Path]):
 
 
 def _hosts_for(fabric, hosts: dict, required: bool, inventory: Optional[Path]):
-    from geoconsole.launch.plan import LaunchHost
+    """LaunchHost per host of the fabric (plan.hosts_of_fabric: the inventory's, names in
+    any case); a host the inventory lacks is refused when ``required`` (a launch), else
+    reached by its name, with a note when there is an inventory (export, dry run)."""
+    from geoconsole.launch.plan import hosts_of_fabric
 
-    names = sorted({d.host for d in fabric.devices})
-    missing = [n for n in names if n not in hosts]
+    found, missing = hosts_of_fabric(fabric.devices, hosts)
+    where = f"{shown(inventory)}" if inventory else "--inventory"
     if missing and required:
-        where = f"{inventory}" if inventory else "--inventory"
         raise UserError(f"{where}: host {missing[0]!r} of the fabric is not in the inventory")
-    return {**{n: LaunchHost(n, n) for n in missing}, **hosts}
+    if missing and inventory:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        typer.echo(f"note: {where}: host {missing[0]!r}{more} of the fabric not in it: reached by name, "
+                   f"ssh defaults", err=True)
+    return found
 
 
 def _env(pairs: Optional[List[str]]) -> dict[str, str]:
@@ -184,7 +190,7 @@ def _launch_slurm(fabric, ranks, inventory, command, *, dry_run, as_json, submit
     inv, hosts = _inventory(inventory)
     hosts = _hosts_for(fabric, hosts, False, inventory)
     plan = _plan(fabric, ranks, hosts, command, **opts)
-    step = slurm.build_step(plan, slurm.node_map(inv), abort_on_failure=abort_on_failure)
+    step = slurm.build_step(plan, slurm.node_map(inv, names=plan.by_host()), abort_on_failure=abort_on_failure)
     if dry_run:
         if as_json:
             doc = {**plan.to_json(), "slurm": {"nodes": list(step.nodes), "srun": list(step.argv),
@@ -359,7 +365,7 @@ def export_command(
         check_one_line(plan)
     with flag(f"--format {fmt}"):
         text = export(plan, fmt, image=image, name=job_name, with_command=bool(command),
-                      nodes=node_map(inv, "slurm_node" if fmt == "slurm" else "k8s_node"))
+                      nodes=node_map(inv, "slurm_node" if fmt == "slurm" else "k8s_node", plan.by_host()))
     if parse(text, fmt) != plan_slots(plan):  # an export must read back to the same mapping
         raise ExportError(f"--format {fmt}: the export does not read back to the plan")
     if output is None or str(output) == "-":  # -o -: standard output, as the help says by default

@@ -34,7 +34,8 @@ async def connected(reach: Reach, counts: Mapping[str, int]) -> AsyncIterator[di
     from geoconsole.launch.run import close_sessions, sessions_for_counts
     from probes.ssh import SSHError, SSHPool  # asyncssh: only where hosts are reached
 
-    missing = sorted(h for h in counts if h not in reach.ssh_hosts)
+    by_key = {name.lower(): h for name, h in reach.ssh_hosts.items()}  # names ignore case, as DNS
+    missing = sorted(h for h in counts if h.lower() not in by_key)
     if missing:
         raise RemoteError(f"host {missing[0]!r} of the fabric is not in the inventory")
     options: dict[str, Any] = {"accept_new": reach.accept_new}
@@ -45,7 +46,7 @@ async def connected(reach: Reach, counts: Mapping[str, int]) -> AsyncIterator[di
     try:
         # every host's connect runs to its end (each bounded by the connect timeout), so
         # the error names every host that cannot be reached and none is left connecting
-        results = await asyncio.gather(*(pool.session(reach.ssh_hosts[h]) for h in counts),
+        results = await asyncio.gather(*(pool.session(by_key[h.lower()]) for h in counts),
                                        return_exceptions=True)
         failed = [r for r in results if isinstance(r, BaseException)]
         for r in failed:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from geoconsole.errors import InputError
@@ -99,6 +99,24 @@ class LaunchHost:
             data_address=getattr(host, "data_address", None),
             identity=getattr(host, "identity", None),
         )
+
+
+def hosts_of_fabric(devices: Sequence[Any], inventory: Mapping[str, LaunchHost]) -> tuple[dict[str, LaunchHost], list[str]]:
+    """``(LaunchHost per host name of the fabric, names the inventory lacks)``. A fabric
+    host is the inventory's host of the same name in any case (as DNS; an inventory never
+    holds two that differ only in case), under the fabric's spelling; one the inventory
+    lacks is reached by its name (address = name, ssh defaults). O(hosts)."""
+    by_key = {name.lower(): h for name, h in inventory.items()}
+    out: dict[str, LaunchHost] = {}
+    missing: list[str] = []
+    for name in dict.fromkeys(d.host for d in devices):
+        found = by_key.get(name.lower())
+        if found is None:
+            missing.append(name)
+            out[name] = LaunchHost(name=name, address=name)
+        else:
+            out[name] = replace(found, name=name)
+    return out, missing
 
 
 @dataclass(frozen=True)

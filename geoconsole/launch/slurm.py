@@ -37,7 +37,7 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from geoconsole.errors import RemoteError
 from geoconsole.launch.plan import LaunchError, LaunchPlan, Process
@@ -490,11 +490,18 @@ def submit(script_path: str, *, run: Runner = _run) -> str:
 # --- the one path for the CLI and the console -------------------------------------------
 
 
-def node_map(inventory: Any, field_name: str = "slurm_node") -> dict[str, str]:
-    """Host name -> scheduler node name from an inventory's ``slurm_node`` / ``k8s_node``."""
+def node_map(inventory: Any, field_name: str = "slurm_node", names: Iterable[str] = ()) -> dict[str, str]:
+    """Host name -> scheduler node name from an inventory's ``slurm_node`` / ``k8s_node``,
+    also under each of ``names`` (the plan's hosts, the fabric's spelling) that names an
+    inventory host in another case (host names ignore case, as DNS)."""
     if inventory is None:
         return {}
-    return {h.name: getattr(h, field_name) for h in inventory.hosts if getattr(h, field_name, None)}
+    out = {h.name: getattr(h, field_name) for h in inventory.hosts if getattr(h, field_name, None)}
+    by_key = {name.lower(): node for name, node in out.items()}
+    for name in names:
+        if name not in out and name.lower() in by_key:
+            out[name] = by_key[name.lower()]
+    return out
 
 
 async def launch_step(step: SlurmStep, **kwargs: Any) -> SlurmResult:
