@@ -379,11 +379,12 @@ def gpu_kinds(fabric: Fabric, found: Mapping[str, Any] | None = None) -> dict[st
                 out[host] = kinds
         return out
     hosts = fabric.meta.get("hosts")
-    for host, entry in (hosts.items() if isinstance(hosts, dict) else ()):
-        if not isinstance(entry, dict) or not entry.get("gpus"):
-            continue
+    for host, entry in (hosts.items() if isinstance(hosts, dict) else ()):  # meta is free-form:
+        if not isinstance(entry, dict) or not isinstance(entry.get("gpus"), list) or not entry["gpus"]:
+            continue  # what does not fit the sweep's shape is not read
         names = [str(g) for g in entry["gpus"]]
-        memory = entry.get("gpu_memory_mib") or [None] * len(names)
+        memory = entry.get("gpu_memory_mib")
+        memory = memory if isinstance(memory, list) else [None] * len(names)
         out[host] = {n + (f", {m} MiB" if m else "") for n, m in zip(names, memory)}
     return out
 

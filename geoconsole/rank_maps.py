@@ -165,7 +165,8 @@ def _other_devices(doc: Any, fabric) -> str | None:
     """Where a solve --json document's stage groups name other devices than ``fabric``'s
     rows (a document from another fabric), or None. Documents without stage groups
     (other JSON) are not checked."""
-    groups = doc.get("score", {}).get("stage_groups") if isinstance(doc, dict) else None
+    score = doc.get("score") if isinstance(doc, dict) else None
+    groups = score.get("stage_groups") if isinstance(score, dict) else None
     if not isinstance(groups, list):
         return None
     for g in groups:

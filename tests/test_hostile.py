@@ -684,3 +684,24 @@ def test_a_well_formed_known_hosts_file_is_read(tmp_path):
                      "@cert-authority *.example ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOh0\n"
                      "[h1]:2222,10.0.0.1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOh0\n")
     read_known_hosts(known)  # no FileError
+
+
+@pytest.mark.parametrize("score", [None, "x", [1, 2]])
+def test_a_solve_document_whose_score_is_no_object_is_read_like_other_json(tmp_path, score):
+    """``score``: null in a solve --json document ended in an AttributeError traceback."""
+    fabric = _small_fabric_file(tmp_path)
+    doc = tmp_path / "sol.json"
+    doc.write_text(json.dumps({"rank_map": [0, 1, 2, 3], "score": score}))
+    result = CliRunner().invoke(app, ["--headless", "score", "--matrix", str(fabric), "-r", str(doc),
+                                      "--c-pp", "0.1", "--c-dp", "0.1", "--pp", "2", "--dp", "2"])
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+
+
+@pytest.mark.parametrize("entry", [{"gpus": 5}, {"gpus": "A100"}, {"gpus": ["A100"], "gpu_memory_mib": 5},
+                                   {"gpus": ["A100"], "gpu_memory_mib": "x"}, 7])
+def test_free_form_meta_of_another_shape_is_not_read_as_the_sweeps(tmp_path, entry):
+    """``meta`` is free-form: ``meta.hosts.h0.gpus = 5`` ended solve's advice in a TypeError."""
+    fabric = tmp_path / "f.json"
+    fabric.write_text(json.dumps({**small_fabric(), "meta": {"hosts": {"h0": entry, "h1": {"gpus": ["H100"]}}}}))
+    result = CliRunner().invoke(app, ["--headless", "solve", "--matrix", str(fabric), *SOLVE])
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
