@@ -151,16 +151,18 @@ def test_env_may_not_replace_what_the_plan_sets(key):
         build_plan([0, 1, 2, 3], DEVICES, HOSTS, ["t.py"], mode="env", env={key: "0"})
 
 
+@pytest.mark.parametrize("brk", ["\n", "\v", "\x1e", "\u2028"])
 @pytest.mark.parametrize("where", ["env", "workdir", "command"])
-def test_a_line_break_is_data_for_a_launch_and_refused_for_a_script_export(where):
-    """An exported script is read back line by line: a line break failed its read-back
-    with "No closing quotation". An SSH launch passes it through quoted."""
+def test_a_line_break_is_data_for_a_launch_and_refused_for_a_script_export(where, brk):
+    """An exported script is read back line by line (str.splitlines, which cuts at
+    ``\\v``, U+2028 and more): a line break failed its read-back with "No closing
+    quotation". An SSH launch passes it through quoted."""
     from geoconsole.launch.plan import check_one_line
 
-    kwargs = {"env": {"NOTE": "a\nb"}} if where == "env" else {"workdir": "/a\nb"} if where == "workdir" else {}
-    command = ["t.py", "--x\n--y"] if where == "command" else ["t.py"]
+    kwargs = {"env": {"NOTE": f"a{brk}b"}} if where == "env" else {"workdir": f"/a{brk}b"} if where == "workdir" else {}
+    command = ["t.py", f"--x{brk}--y"] if where == "command" else ["t.py"]
     plan = build_plan([0, 1, 2, 3], DEVICES, HOSTS, command, **kwargs)
-    assert "\n" in plan.shell_command(0)  # inside quotes: data
+    assert brk in plan.shell_command(0)  # inside quotes: data
     with pytest.raises(LaunchError, match="line break or NUL, which an exported script cannot hold") as info:
         check_one_line(plan)
     assert info.value.field == where

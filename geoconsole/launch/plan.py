@@ -256,8 +256,10 @@ def check_one_line(plan: "LaunchPlan") -> None:
     """LaunchError unless the command, ``--workdir`` and ``--env`` values hold no line
     break or NUL. An SSH launch or a Slurm step passes such values through quoted, as
     data; a script export (torchrun script, k8s pod script) is read back line by line and
-    cannot hold them (it failed with "No closing quotation")."""
-    bad = "\n\r\0"
+    cannot hold them (it failed with "No closing quotation"). A line break is any that
+    ``str.splitlines`` cuts at (``\\v``, ``\\f``, ``\\x1c``-``\\x1e``, U+0085, U+2028 and U+2029
+    too: the read-back splits there)."""
+    bad = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029\0"
     for k, arg in enumerate(plan.command):
         if any(c in arg for c in bad):
             raise LaunchError(f"command: argument {k + 1} holds a line break or NUL, "
