@@ -49,6 +49,10 @@ def check_record_path(path: str | os.PathLike[str], inputs: Sequence[tuple[str, 
 
     check_not_input(path, inputs)
     real, st = write_target(path)
+    where = real if st is not None else (os.path.dirname(os.path.abspath(real)) or ".")
+    if not os.access(where, os.W_OK):  # found now, not after the search it would record
+        raise FileError(f"{path}: cannot write: permission denied"
+                        + (" (its folder)" if st is None else ""))
     if st is None or st.st_size == 0:
         return
     try:

@@ -357,6 +357,7 @@ INVENTORIES = {
     "toml syntax": ('[[hosts]\naddress = "h0"\n', "invalid TOML"),
     "deep inline tables": ("x = " + "{a = " * 2000 + "1" + "}" * 2000 + "\n", "TOML"),
     "interface injection": ('[[hosts]]\naddress = "h0"\ninterface = "eth0;rm"\n', "hosts[0].interface"),
+    "interface leading dash": ('[[hosts]]\naddress = "h0"\ninterface = "-x"\n', "hosts[0].interface"),
     "python with newline": ('[[hosts]]\naddress = "h0"\npython = "py\\nrm"\n', "hosts[0].python"),
     "identity an option": ('[[hosts]]\naddress = "h0"\nidentity = "-i"\n', "hosts[0].identity"),
     "duplicate names": ('[[hosts]]\naddress = "h0"\n[[hosts]]\naddress = "h0"\n', "duplicate host name"),
@@ -571,6 +572,8 @@ LAUNCH_FLAGS = {
     "port zero": (["--port", "0"], "--port"),
     "mode unknown": (["--mode", "mpi"], "--mode"),
     "interface injection": (["--interface", "eth0;rm"], "--interface"),
+    "interface leading dash": (["--interface", "-x"], "--interface"),
+    "env twice": (["--env", "A=1", "--env", "A=2"], "--env A: given twice"),
     "sbatch script over ssh": (["--sbatch-script", "x.sh"], "--sbatch-script: needs --via slurm"),
     "submit over ssh": (["--submit"], "--submit: needs --via slurm"),
 }
@@ -705,3 +708,12 @@ def test_free_form_meta_of_another_shape_is_not_read_as_the_sweeps(tmp_path, ent
     fabric.write_text(json.dumps({**small_fabric(), "meta": {"hosts": {"h0": entry, "h1": {"gpus": ["H100"]}}}}))
     result = CliRunner().invoke(app, ["--headless", "solve", "--matrix", str(fabric), *SOLVE])
     assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+
+
+def test_a_huge_value_makes_an_error_line_of_bounded_length(tmp_path):
+    """A 10,000-character --exclude was echoed whole: one 10 KB error line."""
+    fabric = _small_fabric_file(tmp_path)
+    line = expect_one_line(tmp_path, ["select", "--matrix", str(fabric), "--pp", "2", "--dp", "2",
+                                      "--exclude", "x" * 10000], 2, "--exclude: 'xxx", "characters)...",
+                           "' matches no device")
+    assert len(line) < 700

@@ -130,3 +130,19 @@ def test_a_record_path_that_is_an_input_is_refused(tmp_path):
         with pytest.raises(FileError, match="is also the --matrix"):
             check_record_path(path, [("--matrix", fabric)])
     assert fabric.read_text() == "{}"
+
+
+def test_a_record_file_that_cannot_be_written_fails_before_the_work(tmp_path, monkeypatch):
+    """Checked only when the solve was done: a long --time-limit run was wasted. (Root may
+    write anything, so the refusal of os.access is stood in for here.)"""
+    import os
+
+    from geoconsole.records import check_record_path
+
+    existing = tmp_path / "runs.jsonl"
+    existing.write_text("")
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    with pytest.raises(FileError, match=r"runs.jsonl: cannot write: permission denied$"):
+        check_record_path(existing)
+    with pytest.raises(FileError, match=r"new.jsonl: cannot write: permission denied \(its folder\)"):
+        check_record_path(tmp_path / "new.jsonl")

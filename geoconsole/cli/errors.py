@@ -151,6 +151,11 @@ def silence_stdout() -> None:
         pass
 
 
+#: The longest error line printed whole; a longer one keeps its start (the flag or file)
+#: and its end (what is wrong) around a note of what was cut.
+MAX_ERROR_CHARS = 600
+
+
 def settle_stdout() -> OSError | None:
     """Flush standard output now; where that fails (a full disk, a closed pipe) point it
     at /dev/null, so the interpreter's own flush at exit cannot fail later (a traceback-like
@@ -170,6 +175,10 @@ def fail(message: str, code: ExitCode = ExitCode.USAGE) -> "typer.Exit":
 
     settle_stdout()
     one_line = shown(" ".join(str(message).split()))  # no line breaks, no escape sequences
+    if len(one_line) > MAX_ERROR_CHARS:  # a 10,000-character name made a 10 KB line
+        head, tail = MAX_ERROR_CHARS * 2 // 3, MAX_ERROR_CHARS // 4
+        cut = len(one_line) - head - tail
+        one_line = f"{one_line[:head]} ...({cut} characters)... {one_line[-tail:]}"
     print(f"error: {one_line}", file=sys.stderr)
     return typer.Exit(int(code))
 

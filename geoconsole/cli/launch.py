@@ -90,6 +90,8 @@ def _env(pairs: Optional[List[str]]) -> dict[str, str]:
         if "=" not in item:
             raise UserError(f"--env {item!r}: expected KEY=VALUE")
         k, v = item.split("=", 1)
+        if k in out:  # the last one won, silently
+            raise UserError(f"--env {k}: given twice ({out[k]!r}, {v!r})")
         out[k] = v
     return out
 

@@ -45,7 +45,7 @@ DEFAULT_PORT = 29500
 TORCHRUN_MODULE = ("-m", "torch.distributed.run")
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_IFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}\Z")
+_IFACE = re.compile(r"[A-Za-z0-9_.:@][A-Za-z0-9_.:@-]{0,14}\Z")  # no leading -: names are data
 
 
 class LaunchError(InputError):
