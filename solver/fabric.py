@@ -402,13 +402,14 @@ def _check_timestamp(value: Any, source: str) -> None:
     launch's --strict check and the measurement's age read it."""
     if parse_timestamp(value) is None:
         raise FabricError(f"{source}: measured_at: expected an ISO 8601 timestamp such as 2026-12-01T10:00:00Z, "
-                          f"got {str(value)[:40]!r}")
+                          f"got {repr(value)[:40]}")
 
 
 def fabric_from_json(doc: Any, source: str = "<fabric>") -> Fabric:
     """Build and validate a Fabric from a parsed JSON document."""
     if not isinstance(doc, dict):
-        raise FabricError(f"{source}: expected a JSON object, got {type(doc).__name__}")
+        kind = {type(None): "null", list: "an array", str: "a string", bool: "true or false"}.get(type(doc), "a number")
+        raise FabricError(f"{source}: expected a JSON object, got {kind}")
     unknown = sorted(k for k in doc if k not in _FABRIC_KEYS)
     if unknown:
         raise FabricError(f"{source}: unknown field {unknown[0]!r}{_nearest(unknown[0], _FABRIC_KEYS)}")

@@ -717,3 +717,22 @@ def test_a_huge_value_makes_an_error_line_of_bounded_length(tmp_path):
                                       "--exclude", "x" * 10000], 2, "--exclude: 'xxx", "characters)...",
                            "' matches no device")
     assert len(line) < 700
+
+
+@pytest.mark.parametrize("extra, culprit", [
+    (["--job-name", "A"], "error: --job-name 'A': lowercase letters"),
+    (["--image", "-x"], "error: --image '-x': a reference"),
+])
+def test_k8s_export_errors_name_their_flag(tmp_path, extra, culprit):
+    """They said ``--format k8s: k8s: name 'A': ...``, naming neither flag."""
+    fabric = _small_fabric_file(tmp_path)
+    args = ["export", "--matrix", str(fabric), "-r", "0,1,2,3", "-f", "k8s", "--image", "img:1", *extra, "--", "t.py"]
+    assert expect_one_line(tmp_path, args, 2).startswith(culprit)
+
+
+@pytest.mark.parametrize("doc, words", [("null", "got null"), ("[1]", "got an array"), ('"x"', "got a string"),
+                                        ("5", "got a number")])
+def test_a_fabric_that_is_no_object_says_what_it_is_in_json_words(tmp_path, doc, words):
+    path = tmp_path / "f.json"
+    path.write_text(doc)
+    expect_one_line(tmp_path, ["solve", "--matrix", str(path), *SOLVE], 2, f"expected a JSON object, {words}")

@@ -349,8 +349,14 @@ def export_command(
     if unused:  # said, not silently dropped
         raise UserError(f"--format {fmt}: {', '.join(unused)} {'does' if len(unused) == 1 else 'do'} not apply "
                         f"({'it lists only where each rank runs' if fmt in ('slurm', 'rankfile') else 'k8s only'})")
-    if fmt == "k8s" and not image:
-        raise UserError("--format k8s: needs --image, the container image the ranks run in")
+    if fmt == "k8s":  # checked here so that the error names the flag
+        from geoconsole.launch.k8s import image_problem, name_problem
+
+        if not image:
+            raise UserError("--format k8s: needs --image, the container image the ranks run in")
+        for given, value, problem in (("--image", image, image_problem), ("--job-name", job_name, name_problem)):
+            if (why := problem(value)) is not None:
+                raise UserError(f"{given} {value[:80]!r}: {why}")
     fabric = load_fabric(matrix, devices=True)
     fabric, ranks = _solution(rank_map, fabric)
     inv, hosts = _inventory(inventory)

@@ -83,17 +83,29 @@ def pod_script(plan: LaunchPlan, procs: list[Process], service: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def image_problem(image: str) -> str | None:
+    """What is wrong with a container image reference, or None."""
+    if len(image) > 512 or image.startswith("-") or any(c.isspace() or not c.isprintable() for c in image):
+        return ("a reference such as registry/repo:tag or repo@sha256:..., no whitespace or control "
+                "characters, not starting with '-', at most 512 characters")
+    return None
+
+
+def name_problem(name: str) -> str | None:
+    """What is wrong with a job name (the prefix of the Pod and Service names), or None."""
+    return None if _LABEL_NAME.match(name) else "lowercase letters, digits and '-', at most 42 characters"
+
+
 def export_k8s(plan: LaunchPlan, *, image: str | None, name: str = "geoconsole",
                nodes: Mapping[str, str] | None = None) -> str:
     """Manifests (Service + one Pod per node) for ``plan``; ``nodes`` maps host name to
     Kubernetes node name (the inventory's ``k8s_node``; else the host name)."""
     if not image:
         raise _error("k8s: needs the container image the ranks run in")
-    if len(image) > 512 or image.startswith("-") or any(c.isspace() or not c.isprintable() for c in image):
-        raise _error(f"k8s: image {image[:80]!r}: a reference such as registry/repo:tag or repo@sha256:..., "
-                     "no whitespace or control characters, not starting with '-', at most 512 characters")
-    if not _LABEL_NAME.match(name):
-        raise _error(f"k8s: name {name!r}: lowercase letters, digits and '-', at most 42 characters")
+    if (problem := image_problem(image)) is not None:
+        raise _error(f"k8s: image {image[:80]!r}: {problem}")
+    if (problem := name_problem(name)) is not None:
+        raise _error(f"k8s: name {name[:80]!r}: {problem}")
     nodes = nodes or {}
     service = f"{name}-rank0"
     by_host = plan.by_host()
