@@ -79,14 +79,18 @@ def solve_json(
     result: PlacementResult,
     baselines: list[Distribution],
     bound: Bound,
+    samples_asked: int | None = None,
 ) -> dict[str, Any]:
-    """Everything ``solve`` reports, as plain JSON types."""
+    """Everything ``solve`` reports, as plain JSON types; ``samples_asked``: the random
+    placements asked for each baseline (``samples_asked`` in each, so that one the time
+    limit or a stop cut short says so)."""
     doc = {
         "fabric": {"source": fabric.source, "devices": fabric.n, "sha256": fabric.sha256()},
         "workload": model.workload.to_json(),
         "score": score_json(fabric, result.score),
         "baselines": [
-            {**d.to_json(), "ratio_median": d.median / result.fun if result.fun > 0 else None}
+            {**d.to_json(), "ratio_median": d.median / result.fun if result.fun > 0 else None,
+             **({"samples_asked": samples_asked} if samples_asked is not None else {})}
             for d in baselines
         ],
         "lower_bound": {
@@ -173,8 +177,10 @@ def format_solve(doc: dict[str, Any]) -> str:
     comm = doc["score"]["comm_s"]
     for d in doc["baselines"]:
         ratio = f"{d['ratio_median']:.2f}x" if d["ratio_median"] else "n/a"
+        asked = d.get("samples_asked")
+        cut = f" of {asked} samples, cut short" if isinstance(asked, int) and d["samples"] < asked else " samples"
         lines.append(
-            f"{d['name']:<20} ({d['samples']} samples): min {d['min']:.2f}  median "
+            f"{d['name']:<20} ({d['samples']}{cut}): min {d['min']:.2f}  median "
             f"{d['median']:.2f}  max {d['max']:.2f} s; median / Comm = {ratio}"
         )
     b = doc["lower_bound"]

@@ -159,8 +159,8 @@ class Histogram(Static):
             top = max(counts.max(), 1)
             bars = "".join(BARS[int(math.ceil(c / top * (len(BARS) - 1)))] for c in counts)
             text.append(f"{name}", style="bold")
-            cut = f" of {expected} (cut short)" if len(vs) < expected else ""
-            text.append(f"  {len(vs)}{cut} samples, median {float(np.median(vs)):.2f} s\n")
+            cut = f" of {expected} samples, cut short" if len(vs) < expected else " samples"
+            text.append(f"  {len(vs)}{cut}, median {float(np.median(vs)):.2f} s\n")
             text.append(bars + "\n", style="cyan")
         axis = [" "] * width
         if bound is not None and math.isfinite(bound):

@@ -264,6 +264,7 @@ def test_ctrl_c_after_the_search_prints_and_records_the_result(ww_path, tmp_path
     assert proc.returncode == 130, err
     assert "rank_map=(" in out and "Traceback" not in err
     assert "baselines stopped early" in err
+    assert "of 100000 samples, cut short): min" in out  # how many of how many, on the line
     (line,) = record.read_text().splitlines()
     assert json.loads(line)["score_s"] > 0
 

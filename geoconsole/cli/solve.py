@@ -207,7 +207,8 @@ def solve_command(
                    estimates=estimate or (), learn=learn, exclude=exclude or ())
     with _interruptible() as state:  # through the advice's reruns and the output
         outcome = run_solve(model, options, progress=show, seed_orders=prepared.seed_orders, state=state)
-        doc = solve_json(prepared.fabric, model, outcome.result, outcome.baselines, outcome.bound)
+        doc = solve_json(prepared.fabric, model, outcome.result, outcome.baselines, outcome.bound,
+                         samples_asked=baseline_samples)
         doc.update(prepared.to_json())
         doc["baselines_cut"] = outcome.baselines_cut
         if outcome.baselines_cut:
@@ -344,7 +345,8 @@ def demo_command(
             # topology starts only: the demo shows the reference layouts, at once
             outcome = run_solve(model, SolveOptions(seed=seed, restarts=0, baseline_samples=baseline_samples),
                                 progress=False, seed_orders=prepared.seed_orders, state=state)
-            docs[name] = solve_json(fabric, model, outcome.result, outcome.baselines, outcome.bound)
+            docs[name] = solve_json(fabric, model, outcome.result, outcome.baselines, outcome.bound,
+                                    samples_asked=baseline_samples)
             docs[name]["synthetic"] = bool(fabric.meta.get("synthetic"))
             docs[name]["baselines_cut"] = outcome.baselines_cut
     if as_json:
