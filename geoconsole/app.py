@@ -267,9 +267,17 @@ class GeoConsoleApp(App[int]):
         titles = dict((m, t) for m, _k, t in SCREENS)
         for mode, screen_class in self.MODES.items():
             here = isinstance(screen, screen_class)
+            where = "" if here else f" ({titles[mode]})"  # brackets would be read as markup
+            described = set()
             for title, help_text, action in getattr(screen_class, "COMMANDS_", ()):
-                where = "" if here else f" ({titles[mode]})"  # brackets would be read as markup
+                described.add(action)
                 yield SystemCommand(f"{title}{where}", help_text, lambda m=mode, a=action: self.run_on(m, a))
+            for binding in screen_class.BINDINGS:  # every key of the footer and ? too, by its name
+                if isinstance(binding, Binding) and binding.description and binding.action not in described:
+                    described.add(binding.action)
+                    key = binding.key_display or binding.key
+                    yield SystemCommand(f"{binding.description}{where}", f"{binding.description} ({key})",
+                                        lambda m=mode, a=binding.action: self.run_on(m, a))
 
     def run_on(self, mode: str, action: str) -> None:
         """Run screen action ``action`` on the screen of ``mode`` (switching to it first)."""

@@ -147,9 +147,9 @@ class HeatmapScreen(ConsoleScreen):
     """The measured fabric as a heatmap; the cursor shows one pair (or block) in detail."""
 
     COMMANDS_ = (
-        ("Show latency alpha", "Heatmap of alpha (a)", "metric_alpha"),
-        ("Show bandwidth beta", "Heatmap of beta (b)", "metric_beta"),
-        ("Show transfer time", "Heatmap of T for the workload's activations (t)", "metric_transfer"),
+        ("Show latency alpha", "Heatmap of alpha (a)", "metric('alpha')"),
+        ("Show bandwidth beta", "Heatmap of beta (b)", "metric('beta')"),
+        ("Show transfer time", "Heatmap of T for the workload's activations (t)", "metric('transfer')"),
         ("Zoom in", "Larger cells, one per device; values from 6 characters (+)", "zoom_in"),
         ("Zoom out", "Smaller cells, back to fitting the space (-)", "zoom_out"),
         ("Next colour scale", "viridis or cividis, both colour-blind safe (p)", "cycle_palette"),
@@ -219,15 +219,6 @@ class HeatmapScreen(ConsoleScreen):
 
     def action_metric(self, metric: str) -> None:
         self.query_one(Heatmap).metric = metric
-
-    def action_metric_alpha(self) -> None:
-        self.action_metric("alpha")
-
-    def action_metric_beta(self) -> None:
-        self.action_metric("beta")
-
-    def action_metric_transfer(self) -> None:
-        self.action_metric("transfer")
 
     def action_zoom_in(self) -> None:
         self.query_one(Heatmap).action_zoom(1)

@@ -107,7 +107,9 @@ class WorkloadForm(Vertical):
         except WorkloadError as exc:  # the workload's own checks: worded with the form's labels
             raise ValueError(f"{label.get(exc.field, exc.field)}: {exc.why}") from None
         if workload.n_devices != n_devices:
-            raise ValueError(f"D_PP x D_DP: {workload.d_pp} x {workload.d_dp} = {workload.n_devices}, the fabric has {n_devices} devices")
+            raise ValueError(f"D_PP x D_DP: {workload.d_pp} x {workload.d_dp} = {workload.n_devices}, the fabric has "
+                             f"{n_devices} devices: the console places every device (headless solve selects "
+                             "D_PP x D_DP of them)")
         budget = number("budget", int, optional=True)
         if budget is not None and not 0 <= budget <= MAX_BUDGET:
             raise ValueError(f"{label['budget']}: must be 0 to 2^62, got {budget}")

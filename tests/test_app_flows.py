@@ -9,9 +9,11 @@ import time
 import numpy as np
 import pytest
 from support import wait_until, demo_app, region_pipelines, with_solutions
+from textual.binding import Binding
 from textual.widgets import Input, Static
 
 from screens.dialogs import ConfirmDialog
+from screens.tabs import SCREENS
 from screens.heatmap_view import Heatmap
 from screens.help import HelpScreen
 from screens.solve import SolveScreen
@@ -344,6 +346,15 @@ async def test_command_palette_offers_every_screen_and_action():
         for expected in ("Show Fleet", "Show Fabric", "Show Labels", "Show Solve", "Show Rank map",
                          "Show Launch", "Save session", "Load session", "Help", "Solve placement", "Cancel solve"):
             assert expected in titles
+        # every key a footer or ? lists has an entry, by its name (Mode, Via, Prev edge... had none)
+        titles_of = {t: m for m, _k, t in SCREENS}
+        for mode, screen_class in app.MODES.items():
+            named = {a for _, _, a in getattr(screen_class, "COMMANDS_", ())}
+            where = "" if isinstance(app.screen, screen_class) else \
+                f" ({next(t for t, m in titles_of.items() if m == mode)})"
+            for binding in screen_class.BINDINGS:
+                if isinstance(binding, Binding) and binding.description and binding.action not in named:
+                    assert f"{binding.description}{where}" in titles, (mode, binding.description)
 
 
 async def test_launch_screen_shows_the_plan_read_only():
