@@ -21,7 +21,7 @@ import numpy as np
 
 from geoconsole.errors import InputError
 from geoconsole.labels import LabelError, LabelSet, validate_label
-from solver.fabric import Device, Fabric, FabricError, fabric_from_json, write_atomic
+from solver.fabric import Device, Fabric, FabricError, fabric_from_json, parse_timestamp, write_atomic
 from solver.workload import Workload
 
 SESSION_FORMAT = "geoconsole-session/1"
@@ -107,9 +107,12 @@ class Solution:
         for key in ("name", "rank_map", "fun", "workload", "digest", "created_at"):
             if key not in doc:
                 raise SessionError(f"{where}: missing field {key!r}")
+        _known_fields(doc, SOLUTION_FIELDS, where)
+        if parse_timestamp(doc["created_at"]) is None:
+            raise SessionError(f"{where}.created_at: expected an ISO 8601 time, got {repr(doc['created_at'])[:40]}")
         opt = lambda key, default: doc.get(key, default) if doc.get(key) is not None else default  # noqa: E731
         return cls(
-            name=_text(doc["name"], f"{where}.name"),
+            name=_text(doc["name"], f"{where}.name", MAX_NAME_CHARS),
             rank_map=np.asarray(_permutation(doc["rank_map"], f"{where}.rank_map"), dtype=int),
             fun=_number(doc["fun"], f"{where}.fun"),
             workload=_workload(doc["workload"], f"{where}.workload"),
@@ -121,7 +124,7 @@ class Solution:
             seed=None if doc.get("seed") is None else _whole(doc["seed"], f"{where}.seed"),
             nit=_whole(opt("nit", 0), f"{where}.nit"),
             nfev=_whole(opt("nfev", 0), f"{where}.nfev"),
-            elapsed_s=_number(opt("elapsed_s", 0.0), f"{where}.elapsed_s"),
+            elapsed_s=_seconds(opt("elapsed_s", 0.0), f"{where}.elapsed_s"),
             history=_history(opt("history", []), f"{where}.history"),
             baselines=_baselines(opt("baselines", {}), f"{where}.baselines"),
             advice=_advice(opt("advice", []), f"{where}.advice"),
@@ -140,16 +143,54 @@ def _advice(value: Any, where: str) -> list[dict[str, Any]]:
     return [dict(a) for a in value]
 
 
-def _text(value: Any, where: str) -> str:
+#: Longest text field a session keeps (paths, messages), and longest name (the tab bar
+#: shows it: a 5,000-character name emptied the bar).
+MAX_TEXT_CHARS = 4096
+MAX_NAME_CHARS = 200
+
+
+def _text(value: Any, where: str, most: int = MAX_TEXT_CHARS) -> str:
+    """Text of one line: no control characters (an ESC drew colours, a line break split
+    the Solve tab's status), at most ``most`` characters."""
     if not isinstance(value, str):
         raise SessionError(f"{where}: expected text, got {type(value).__name__}")
+    if len(value) > most:
+        raise SessionError(f"{where}: {len(value)} characters, at most {most}")
+    if any(not c.isprintable() for c in value):
+        bad = next(c for c in value if not c.isprintable())
+        raise SessionError(f"{where}: holds the control character {bad!r}")
     return value
+
+
+#: The fields a session and each of its solutions are written with (Session.to_json,
+#: Solution.to_json): any other is refused, with the nearest of these.
+SESSION_FIELDS = frozenset({"format", "name", "inventory", "known_hosts", "workload", "fabric", "fabric_source",
+                            "labels", "solutions", "solve_options", "launch_command"})
+SOLUTION_FIELDS = frozenset({"name", "rank_map", "fun", "workload", "digest", "created_at", "bound", "status",
+                             "message", "seed", "nit", "nfev", "elapsed_s", "history", "baselines", "advice",
+                             "found_by"})
+
+
+def _known_fields(doc: dict, known, where: str) -> None:
+    """SessionError for a field the session format does not have (a typo is not ignored)."""
+    from solver.fabric import _nearest
+
+    unknown = sorted(set(doc) - set(known))
+    if unknown:
+        raise SessionError(f"{where}: unknown field {unknown[0]!r}{_nearest(unknown[0], known)}")
 
 
 def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise SessionError(f"{where}: expected a finite number, got {str(value)[:40]}")
     return float(value)
+
+
+def _seconds(value: Any, where: str) -> float:
+    seconds = _number(value, where)
+    if seconds < 0:
+        raise SessionError(f"{where}: expected seconds >= 0, got {seconds:g}")
+    return seconds
 
 
 def _whole(value: Any, where: str) -> int:
@@ -388,10 +429,11 @@ def session_from_json(doc: Any, source: str) -> Session:
         raise SessionError(f"{source}: format: expected {SESSION_FORMAT!r}, got {doc.get('format')!r}")
     if "workload" not in doc:
         raise SessionError(f"{source}: missing field 'workload'")
+    _known_fields(doc, SESSION_FIELDS, source)
     workload = _workload(doc["workload"], f"{source}: workload")
     for key in ("fabric_source", "inventory", "name", "known_hosts"):
         if doc.get(key) is not None:
-            _text(doc[key], f"{source}: {key}")
+            _text(doc[key], f"{source}: {key}", MAX_NAME_CHARS if key == "name" else MAX_TEXT_CHARS)
     fabric = None
     if doc.get("fabric") is not None:
         try:
@@ -406,6 +448,8 @@ def session_from_json(doc: Any, source: str) -> Session:
     if not isinstance(raw, list):
         raise SessionError(f"{source}: solutions: expected a list")
     solutions = [Solution.from_json(s, f"{source}: solutions[{i}]") for i, s in enumerate(raw)]
+    if solutions and fabric is None:  # screens disagreed: Solve showed one, Rank map "no solution"
+        raise SessionError(f"{source}: solutions: {len(solutions)} without the fabric they place (no 'fabric')")
     for i, s in enumerate(solutions):
         if fabric is not None and len(s.rank_map) != fabric.n:
             raise SessionError(f"{source}: solutions[{i}].rank_map: {len(s.rank_map)} entries for {fabric.n} devices")
@@ -418,7 +462,7 @@ def session_from_json(doc: Any, source: str) -> Session:
         raise SessionError(f"{source}: launch_command: {why}")
     inventory = doc.get("inventory")
     try:
-        return Session(
+        session = Session(
             fabric=fabric,
             workload=workload,
             inventory=None if inventory is None else str(inventory),
@@ -432,6 +476,34 @@ def session_from_json(doc: Any, source: str) -> Session:
         )
     except LabelError as exc:  # the fabric's own labels (a row label with a space, say)
         raise SessionError(f"{source}: fabric: {' '.join(str(exc).split())}") from None
+    _check_scores(session, source)
+    return session
+
+
+def _check_scores(session: Session, source: str) -> None:
+    """SessionError unless each solution computed on the session's fabric as it is (same
+    digest) has the Comm its rank map scores there, and no bound above it: the Solve tab
+    showed a stored ``fun`` of 1.0 s (gap -4750%) where the Rank map tab rescored 51.50 s.
+    One cost model per distinct workload, O(N^2) each; solutions of another fabric
+    (stale) are left as stored, and so is a fabric with unmeasured pairs."""
+    from solver.cost import CostModel
+
+    if session.fabric is None or session.fabric.missing_pairs():
+        return
+    digest, models = session.digest(), {}
+    for i, s in enumerate(session.solutions):
+        if s.digest != digest:
+            continue
+        key = json.dumps(s.workload.to_json(), sort_keys=True)
+        if key not in models:
+            models[key] = CostModel.from_fabric(session.fabric, s.workload)
+        comm = float(models[key].score_rank_map(s.rank_map).comm)
+        if not math.isclose(comm, s.fun, rel_tol=1e-6, abs_tol=1e-9):
+            raise SessionError(f"{source}: solutions[{i}].fun: {s.fun:.6g} s, but its rank map scores "
+                               f"{comm:.6g} s on the session's fabric")
+        if s.bound is not None and s.bound > s.fun * (1 + 1e-6) + 1e-9:
+            raise SessionError(f"{source}: solutions[{i}].bound: {s.bound:.6g} s lies above its Comm "
+                               f"{s.fun:.6g} s (a lower bound cannot)")
 
 
 #: Longest training command a session keeps.

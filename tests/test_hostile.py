@@ -272,12 +272,39 @@ def session_doc() -> dict:
 
 
 def solution() -> dict:
-    return {"name": "s", "rank_map": list(range(64)), "fun": 51.5, "digest": "x", "created_at": "now",
+    return {"name": "s", "rank_map": list(range(64)), "fun": 51.5, "digest": "x", "created_at": "2026-12-01T10:00:00Z",
             "workload": session_doc()["workload"]}
+
+
+def current(**changes) -> dict:
+    """A solution of the demo session's fabric as it is (its digest), the identity map."""
+    from geoconsole.session import demo_session
+
+    return {**solution(), "digest": demo_session().digest(), "fun": _identity_comm(), **changes}
+
+
+def _identity_comm() -> float:
+    from geoconsole.session import demo_session
+    from solver.cost import CostModel
+
+    s = demo_session()
+    return float(CostModel.from_fabric(s.fabric, s.workload).score_rank_map(list(range(64))).comm)
 
 
 SESSIONS = {
     "not a session": (lambda d: [1, 2], "expected a JSON object"),
+    "solution fun unlike its rank map": (lambda d: {**d, "solutions": [current(fun=1.0)]}, "solutions[0].fun"),
+    "solution bound above its Comm": (lambda d: {**d, "solutions": [current(bound=1e6)]}, "solutions[0].bound"),
+    "unknown top-level field": (lambda d: {**d, "solutons": []}, "unknown field 'solutons' (did you mean 'solutions'?)"),
+    "unknown solution field": (lambda d: {**d, "solutions": [{**solution(), "fn": 1}]}, "solutions[0]: unknown field"),
+    "created_at not a time": (lambda d: {**d, "solutions": [{**solution(), "created_at": "yesterday"}]},
+                              "solutions[0].created_at"),
+    "elapsed negative": (lambda d: {**d, "solutions": [{**solution(), "elapsed_s": -5}]}, "solutions[0].elapsed_s"),
+    "message with a line break": (lambda d: {**d, "solutions": [{**solution(), "message": "a\nb"}]},
+                                  "solutions[0].message"),
+    "name with ESC": (lambda d: {**d, "name": "\x1b[31mred"}, "name: holds the control character"),
+    "name of 5000 characters": (lambda d: {**d, "name": "n" * 5000}, "name: 5000 characters"),
+    "solutions without a fabric": (lambda d: {**d, "fabric": None, "solutions": [solution()]}, "without the fabric"),
     "wrong format": (lambda d: {**d, "format": "other"}, "format"),
     "no workload": (lambda d: {k: v for k, v in d.items() if k != "workload"}, "workload"),
     "workload a list": (lambda d: {**d, "workload": [8, 8]}, "workload"),
@@ -736,3 +763,13 @@ def test_a_fabric_that_is_no_object_says_what_it_is_in_json_words(tmp_path, doc,
     path = tmp_path / "f.json"
     path.write_text(doc)
     expect_one_line(tmp_path, ["solve", "--matrix", str(path), *SOLVE], 2, f"expected a JSON object, {words}")
+
+
+def test_a_session_whose_solutions_score_as_stored_loads(tmp_path):
+    """The rescoring check refuses only what disagrees: a current solution with its own Comm
+    (and a stale one, of another fabric digest, with any) loads."""
+    from geoconsole.session import session_from_json
+
+    doc = {**session_doc(), "solutions": [current(bound=_identity_comm() - 1.0), {**solution(), "fun": 1.0}]}
+    loaded = session_from_json(json.loads(json.dumps(doc)), "s.json")
+    assert [round(s.fun, 6) for s in loaded.solutions] == [round(_identity_comm(), 6), 1.0]
