@@ -253,9 +253,9 @@ def build_layout(
         is_self = np.eye(len(order), dtype=bool)
     else:
         values = block_means(m, blocks)
-        is_self = np.zeros(values.shape, dtype=bool)
-        if level == "host":  # a host's own GPUs talk over its bus: not a fabric link
-            is_self = np.array([[a == b and len(blocks[a]) == 1 for b in range(len(blocks))] for a in range(len(blocks))])
+        # a block of one device has no pair inside it: its own cell is self, not unmeasured
+        # (a region of one device showed the unmeasured glyph)
+        is_self = np.diag([len(b) == 1 for b in blocks]).astype(bool)
     colour, lo, hi = colour_index(values, metric, is_self)
     if level == "device":
         estimated = estimated_mask(fabric)[np.ix_(order, order)]

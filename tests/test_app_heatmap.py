@@ -71,6 +71,20 @@ def test_colours_put_good_links_first_on_the_scale_for_every_metric():
     assert idx[0, 1] == 0 and idx[1, 0] == 8  # high bandwidth = good = first colour
 
 
+def test_a_block_of_one_device_is_self_not_unmeasured():
+    """A region of one device (an operator's new label) has no pair inside it: its own
+    cell showed the unmeasured glyph, and its details '0 pairs, 0 measured'."""
+    from dataclasses import replace
+
+    f = worldwide_fabric()
+    lone = replace(f.devices[3], region="tokyo", zone=None)
+    devices = (*f.devices[:3], lone, *f.devices[4:])
+    lay = build_layout(f, DTFM_WORKLOAD, "alpha", devices, 60, 30)
+    assert lay.level != "device"
+    (k,) = [i for i, b in enumerate(lay.blocks) if len(b) == 1]
+    assert lay.colour[k, k] == -2 and (lay.colour[np.arange(lay.k) != k, k] >= 0).all()
+
+
 def test_unmeasured_pairs_are_drawn_as_unmeasured_never_as_a_value():
     f = worldwide_fabric()
     f.alpha_ms[0, 9] = f.beta_gbps[0, 9] = np.nan
