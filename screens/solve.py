@@ -24,7 +24,7 @@ from textual.widgets import Button, Footer, Sparkline, Static
 
 from geoconsole.session import Solution, iso
 from screens.base import ConsoleScreen
-from screens.statusbar import StatusBar, solve_eta, solve_running
+from screens.statusbar import StatusBar, duration, solve_eta, solve_running
 from screens.tabs import ScreenTabs
 from screens.messages import Activity, SessionChanged
 from screens.solve_widgets import Histogram, SolveOptions, WorkloadForm, sparkline_data
@@ -311,7 +311,7 @@ class SolveScreen(ConsoleScreen):
         if not done:
             text.append(f", {phase}")
         if eta is not None:
-            text.append(f", ETA {eta:.0f} s")
+            text.append(f", ETA {duration(eta)}")
         return text
 
     def _show_solution(self, sol: Solution, note: str = "") -> None:

@@ -116,7 +116,7 @@ class WorkloadForm(Vertical):
         time_limit = number("time_limit", optional=True)
         if time_limit is not None and not MIN_TIME_LIMIT_S <= time_limit <= MAX_TIME_LIMIT_S:
             raise ValueError(f"{label['time_limit']}: must be {MIN_TIME_LIMIT_S:g} to {MAX_TIME_LIMIT_S:g}, "
-                             f"got {time_limit:g}")
+                             f"got {raw['time_limit'][:40]}")  # as typed: 10000001 read 1e+07
         restarts = number("restarts", int)
         if not 0 <= restarts <= MAX_RESTARTS:
             raise ValueError(f"{label['restarts']}: must be 0-{MAX_RESTARTS}, got {restarts}")

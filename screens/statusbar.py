@@ -18,8 +18,13 @@ ACTIVITY_ORDER = ("solve", "sweep", "hosts")
 SEPARATOR = " │ "
 
 
-def _seconds(s: float) -> str:
-    return f"{s:.0f} s" if s < 600 else f"{s / 60:.0f} min"
+def duration(s: float) -> str:
+    """A duration as an operator reads it: seconds, minutes, hours, then days (a 10^7 s
+    limit read 'ETA 166667 min')."""
+    for unit, size, below in (("s", 1, 600), ("min", 60, 180 * 60), ("h", 3600, 72 * 3600)):
+        if s < below:
+            return f"{s / size:.0f} {unit}"
+    return f"{s / 86400:.0f} days"
 
 
 def solve_eta(elapsed: float, nfev: int, time_limit: float | None, budget: int | None) -> float | None:
@@ -39,8 +44,8 @@ def solve_running(best: float | None, bound: float | None, elapsed: float, eta: 
         text.append(f": best {best:.2f} s")
     if bound is not None:
         text.append(f", bound {bound:.2f} s")
-    text.append(f", {_seconds(elapsed)}")
-    text.append(f", ETA {_seconds(eta)}" if eta is not None else ", no ETA (no limit)")
+    text.append(f", {duration(elapsed)}")
+    text.append(f", ETA {duration(eta)}" if eta is not None else ", no ETA (no limit)")
     return text
 
 

@@ -526,3 +526,10 @@ async def test_markup_in_labels_and_typed_values_is_shown_as_text(text, tmp_path
         saved = tmp_path / f"{text.replace('/', '')}[b].json"  # and in the save dialog's answer
         await save_as(pilot, saved)
         assert saved.exists() and app.is_running
+
+
+def test_a_long_duration_reads_in_hours_or_days():
+    """A 10^7 s time limit showed 'ETA 166667 min' in the bar and 'ETA 9999999 s' in the tab."""
+    from screens.statusbar import duration
+
+    assert [duration(s) for s in (42, 900, 5 * 3600, 1e7)] == ["42 s", "15 min", "5 h", "116 days"]

@@ -228,7 +228,9 @@ async def test_solve_form_refuses_a_workload_that_does_not_fit_the_fabric():
         screen.query_one("#form-d_dp", Input).value = "8"
         # errors name the field as the form labels it, within the CLI's limits
         for key, value, message in [("time_limit", "abc", "time limit (s): expected a number, got 'abc'"),
-                                    ("time_limit", "1e9", "time limit (s): must be 0.001 to 1e+07"),
+                                    ("time_limit", "1e9", "time limit (s): must be 0.001 to 1e+07, got 1e9"),
+                                    # as typed (it said "got 1e+07" of 10000001)
+                                    ("time_limit", "10000001", "must be 0.001 to 1e+07, got 10000001"),
                                     ("restarts", "20000", "restarts: must be 0-10000"),
                                     ("seed", "-1", "seed: must be 0 to 2^64 - 1"),
                                     # below the CLI's 0.001 s (1e-9 was taken), the workload's
