@@ -85,12 +85,12 @@ class LabelsScreen(TableTools, ConsoleScreen):
                 yield DataTable(id="labels-table", cursor_type="row", zebra_stripes=True)
                 yield TableFilter(id="labels-filter")
             with Vertical(id="labels-form"):
-                yield Static("Set on marked rows (empty: unchanged, '-': clear). A whole host marked: set per host; else per GPU (*).")
+                yield Static("Set on the marked rows, else the cursor row (empty: unchanged, '-': clear). A whole host marked: set per host; else per GPU (*).")
                 for field in LABEL_FIELDS:
                     yield Label(field.replace("_", " "))
                     yield Field(placeholder=field, id=f"set-{field}", validators=[LabelValidator(field)], compact=True)
                 yield Static("", id="labels-error", classes="error", markup=False)
-                yield Button("Apply to marked rows", id="apply", variant="primary", compact=True)
+                yield Button("Apply", id="apply", variant="primary", compact=True)
                 yield Static(id="labels-marked", markup=False)
                 yield StageLocality(id="labels-locality")
         yield StatusBar()
@@ -125,7 +125,7 @@ class LabelsScreen(TableTools, ConsoleScreen):
             cursor, self.keep_cursor_on = self.order.index(keep), None
         if self.order:
             table.move_cursor(row=min(cursor, len(self.order) - 1))
-        self.query_one("#labels-marked", Static).update(f"{_rows(len(self.marked))} marked")
+        self._show_marked()
         sol = s.current
         self.query_one(StageLocality).show(
             None if sol is None else sol.rank_map,
@@ -145,6 +145,19 @@ class LabelsScreen(TableTools, ConsoleScreen):
                     d.region or "", d.zone or "", d.network_group or "")
 
         return cells
+
+    def _show_marked(self) -> None:
+        """How many rows Apply sets: the marked ones, else the cursor row, named (with none
+        marked, Apply set the cursor row while the form said '0 rows marked')."""
+        row = self._cursor_device_row() if not self.marked else None
+        text = (f"{_rows(len(self.marked))} marked" if self.marked else
+                "no row marked: Apply sets the cursor row" +
+                ("" if row is None else f" ({self.session.devices()[row].name})"))
+        self.query_one("#labels-marked", Static).update(text)
+
+    def on_data_table_row_highlighted(self) -> None:
+        if not self.marked:
+            self._show_marked()
 
     def _cursor_device_row(self) -> int | None:
         table = self.query_one(DataTable)
