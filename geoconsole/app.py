@@ -9,6 +9,7 @@ report changes with :class:`~screens.messages.SessionChanged` (messages up).
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Iterable
 
@@ -250,6 +251,13 @@ class GeoConsoleApp(App[int]):
     # -- navigation --------------------------------------------------------------
     def action_show(self, mode: str) -> None:
         self.switch_mode(mode)
+
+    def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:
+        """The palette's Screenshot, into the session's folder (else the working folder):
+        Textual's default, the Downloads folder, is missing on most servers ('Failed to
+        save screenshot')."""
+        folder = path or (str(Path(self.session.path).resolve().parent) if self.session.path else os.getcwd())
+        self.deliver_screenshot(filename, folder)
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -207,7 +207,8 @@ class FleetScreen(TableTools, ConsoleScreen):
 
     def action_retry(self) -> None:
         row = self._selected()
-        if row is None or row.host is None:
+        if row is None or row.host is None:  # said, as c and k say why they do nothing
+            self.notify("no inventory host selected to retry (the demo fabric has none)", severity="warning")
             return
         self.connect([row.name], accept_new=False)
 

@@ -326,6 +326,7 @@ class HeatmapScreen(ConsoleScreen):
 
     def action_cancel_sweep(self) -> None:
         if self.sweep is None:
+            self.notify("no sweep is running", severity="warning")
             return
         self.query_one("#sweep-status", Static).update("Cancelling the sweep: stopping remote workers...")
         self.cancel_remote()

@@ -533,3 +533,17 @@ def test_a_long_duration_reads_in_hours_or_days():
     from screens.statusbar import duration
 
     assert [duration(s) for s in (42, 900, 5 * 3600, 1e7)] == ["42 s", "15 min", "5 h", "116 days"]
+
+
+async def test_the_palettes_screenshot_is_written_beside_the_session(tmp_path, monkeypatch):
+    """Textual writes it to ~/Downloads, missing on most servers: 'Failed to save screenshot'."""
+    from support import wait_until
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "nohome"))
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        app.action_screenshot("shot.svg")
+        await wait_until(lambda: (tmp_path / "shot.svg").exists())
+        await pilot.pause()
+    assert (tmp_path / "shot.svg").read_text().lstrip().startswith("<svg")
