@@ -252,12 +252,13 @@ class GeoConsoleApp(App[int]):
     def action_show(self, mode: str) -> None:
         self.switch_mode(mode)
 
-    def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:
-        """The palette's Screenshot, into the session's folder (else the working folder):
-        Textual's default, the Downloads folder, is missing on most servers ('Failed to
-        save screenshot')."""
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
+                           time_format: str | None = None) -> str | None:
+        """Screenshots (the palette's, the screenshot action) go to the session's folder,
+        else the working folder: Textual's default, the Downloads folder, is missing on
+        most servers ('Failed to save screenshot')."""
         folder = path or (str(Path(self.session.path).resolve().parent) if self.session.path else os.getcwd())
-        self.deliver_screenshot(filename, folder)
+        return super().deliver_screenshot(filename, folder, time_format)
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -377,7 +377,7 @@ def _port(value: Any, scope: str) -> int:
 def _interface(value: Any, scope: str) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_.:@][A-Za-z0-9_.:@-]{0,14}", value):
+    if not isinstance(value, str) or not names.INTERFACE_NAME.match(value):
         raise InventoryError(f"{scope}.interface: expected a network interface name, got {str(value)[:40]!r}")
     return value
 

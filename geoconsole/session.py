@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import unicodedata
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -119,8 +120,8 @@ class Solution:
             digest=_text(doc["digest"], f"{where}.digest"),
             created_at=_text(doc["created_at"], f"{where}.created_at"),
             bound=None if doc.get("bound") is None else _number(doc["bound"], f"{where}.bound"),
-            status=_text(opt("status", ""), f"{where}.status"),
-            message=_text(opt("message", ""), f"{where}.message"),
+            status=_one_line(opt("status", ""), f"{where}.status"),
+            message=_one_line(opt("message", ""), f"{where}.message"),
             seed=None if doc.get("seed") is None else _whole(doc["seed"], f"{where}.seed"),
             nit=_whole(opt("nit", 0), f"{where}.nit"),
             nfev=_whole(opt("nfev", 0), f"{where}.nfev"),
@@ -128,7 +129,7 @@ class Solution:
             history=_history(opt("history", []), f"{where}.history"),
             baselines=_baselines(opt("baselines", {}), f"{where}.baselines"),
             advice=_advice(opt("advice", []), f"{where}.advice"),
-            found_by=_text(opt("found_by", ""), f"{where}.found_by"),
+            found_by=_one_line(opt("found_by", ""), f"{where}.found_by"),
         )
 
 
@@ -144,9 +145,10 @@ def _advice(value: Any, where: str) -> list[dict[str, Any]]:
 
 
 #: Longest text field a session keeps (paths, messages), and longest name (the tab bar
-#: shows it: a 5,000-character name emptied the bar).
+#: shows it: a 5,000-character name emptied the bar; a fleet session is named after its
+#: inventory file, up to 255 characters).
 MAX_TEXT_CHARS = 4096
-MAX_NAME_CHARS = 200
+MAX_NAME_CHARS = 300
 
 
 def _text(value: Any, where: str, most: int = MAX_TEXT_CHARS) -> str:
@@ -156,10 +158,19 @@ def _text(value: Any, where: str, most: int = MAX_TEXT_CHARS) -> str:
         raise SessionError(f"{where}: expected text, got {type(value).__name__}")
     if len(value) > most:
         raise SessionError(f"{where}: {len(value)} characters, at most {most}")
-    if any(not c.isprintable() for c in value):
-        bad = next(c for c in value if not c.isprintable())
+    bad = next((c for c in value if unicodedata.category(c) == "Cc"), None)
+    if bad is not None:  # a no-break or narrow space in a path is text, not control
         raise SessionError(f"{where}: holds the control character {bad!r}")
     return value
+
+
+def _one_line(value: Any, where: str) -> str:
+    """What the solver wrote (status, message, strategy): line breaks and other control
+    characters folded to spaces (a worker's multi-line error made the session unloadable)."""
+    if not isinstance(value, str):
+        raise SessionError(f"{where}: expected text, got {type(value).__name__}")
+    folded = " ".join("".join(" " if unicodedata.category(c) == "Cc" else c for c in value).split())
+    return _text(folded[:MAX_TEXT_CHARS], where)
 
 
 #: The fields a session and each of its solutions are written with (Session.to_json,

@@ -198,7 +198,7 @@ def _check_known_hosts_lines(path: Path, text: str) -> None:
     """Each entry is ``[@marker] hosts keytype base64-key [comment]`` (sshd(8)); asyncssh
     skips some malformed lines without a word (``my notes``, a key that is not base64),
     so a file of typos trusted nothing and every host then failed its key check."""
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text.split("\n"), 1):  # OpenSSH's lines: \v or U+2028 is no break
         fields = line.split()
         if not fields or fields[0].startswith("#"):
             continue
@@ -206,6 +206,8 @@ def _check_known_hosts_lines(path: Path, text: str) -> None:
             if fields[0] not in ("@cert-authority", "@revoked"):
                 raise FileError(f"{path}: line {number}: unknown marker {_short(fields[0])!r}")
             fields = fields[1:]
+        if len(fields) >= 4 and all(f.isdigit() for f in fields[1:4]):
+            continue  # an SSH1 RSA key (bits, exponent, modulus): OpenSSH skips it, so do we
         if len(fields) < 3:
             raise FileError(f"{path}: line {number}: expected hosts, key type and key")
         try:

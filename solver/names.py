@@ -19,12 +19,15 @@ the file, entry and field in front of it.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 MAX_HOST_CHARS = 253
 MAX_LABEL_CHARS = 63
 MAX_USER_CHARS = 32
 MAX_PATH_CHARS = 4096
+#: A network interface name: Linux's IFNAMSIZ (15 characters), no leading ``-``.
+INTERFACE_NAME = re.compile(r"[A-Za-z0-9_.:@][A-Za-z0-9_.:@-]{0,14}\Z")
 
 
 def _chars(value: str) -> str | None:

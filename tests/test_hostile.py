@@ -300,8 +300,7 @@ SESSIONS = {
     "created_at not a time": (lambda d: {**d, "solutions": [{**solution(), "created_at": "yesterday"}]},
                               "solutions[0].created_at"),
     "elapsed negative": (lambda d: {**d, "solutions": [{**solution(), "elapsed_s": -5}]}, "solutions[0].elapsed_s"),
-    "message with a line break": (lambda d: {**d, "solutions": [{**solution(), "message": "a\nb"}]},
-                                  "solutions[0].message"),
+    "known_hosts with a line break": (lambda d: {**d, "known_hosts": "a\nb"}, "known_hosts: holds the control"),
     "name with ESC": (lambda d: {**d, "name": "\x1b[31mred"}, "name: holds the control character"),
     "name of 5000 characters": (lambda d: {**d, "name": "n" * 5000}, "name: 5000 characters"),
     "solutions without a fabric": (lambda d: {**d, "fabric": None, "solutions": [solution()]}, "without the fabric"),
@@ -773,3 +772,26 @@ def test_a_session_whose_solutions_score_as_stored_loads(tmp_path):
     doc = {**session_doc(), "solutions": [current(bound=_identity_comm() - 1.0), {**solution(), "fun": 1.0}]}
     loaded = session_from_json(json.loads(json.dumps(doc)), "s.json")
     assert [round(s.fun, 6) for s in loaded.solutions] == [round(_identity_comm(), 6), 1.0]
+
+
+def test_what_the_console_itself_saves_loads(tmp_path):
+    """The loader's text checks refused sessions the console wrote: a worker's multi-line
+    error in a solution's message, a narrow no-break space in an inventory path, a fleet
+    session named after a long inventory file."""
+    from geoconsole.session import session_from_json
+
+    doc = {**session_doc(), "inventory": "/x/hosts\u202fold.toml", "name": "fleet " + "h" * 250,
+           "solutions": [{**solution(), "message": "worker processes could not start (a\nb\tc)"}]}
+    loaded = session_from_json(json.loads(json.dumps(doc)), "s.json")
+    assert loaded.solutions[0].message == "worker processes could not start (a b c)"
+    assert loaded.inventory == "/x/hosts\u202fold.toml"
+
+
+@pytest.mark.parametrize("line", ["old 1024 35 135970715082735453", "[h1]:2222 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOh0\r"])
+def test_known_hosts_lines_openssh_reads_or_skips_are_not_refused(tmp_path, line):
+    """An SSH1 key (bits, exponent, modulus), which OpenSSH skips; a CRLF line."""
+    from probes.ssh import read_known_hosts
+
+    known = tmp_path / "known"
+    known.write_text(line + "\n")
+    read_known_hosts(known)

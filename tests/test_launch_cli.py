@@ -188,6 +188,24 @@ def test_cli_launch_records_and_fails_when_a_rank_fails(emulated_fleet, tmp_path
 
 
 @pytest.mark.fleet
+def test_cli_launch_reaches_hosts_the_inventory_spells_in_another_case(emulated_fleet, tmp_path):
+    """The plan keeps the fabric's spelling (h0), the inventory may write H0: the launch
+    looked the plan's names up in the inventory as written and ended in a KeyError."""
+    fleet = emulated_fleet
+    matrix = _fleet_fabric_file(fleet, tmp_path)
+    upper = fleet.write_inventory(tmp_path / "upper.toml", names={h.name: h.name.upper() for h in fleet.hosts})
+    prog = fleet.dir / f"cli-{uuid.uuid4().hex[:8]}.py"
+    prog.write_text("import os, socket\nprint('I am', os.environ['RANK'], socket.gethostname())\n")
+    proc = subprocess.run(
+        _cli(fleet, "launch", "-m", str(matrix), "-i", str(upper), "-r", "0,1,2,3", "--mode", "env",
+             "--known-hosts", str(fleet.known_hosts_path), "--port", "29690", "--", str(prog)),
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent.parent,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout.count("I am") == 4
+
+
+@pytest.mark.fleet
 def test_cli_ctrl_c_stops_every_rank_and_exits_130(emulated_fleet, tmp_path):
     fleet = emulated_fleet
     matrix = _fleet_fabric_file(fleet, tmp_path)

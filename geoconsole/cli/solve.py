@@ -47,15 +47,19 @@ def _interruptible():
 
     Signals are counted by delivery, not by handler call: two that arrive while the main
     thread is inside one long C call (a loaded machine, a quick double tap) run the
-    handler once, so each delivery also writes a byte to a wakeup pipe and the handler
-    counts those."""
+    handler once, so each delivery also writes a byte to a wakeup pipe. The count is the
+    larger of the bytes read and the handler's calls: a call may read the byte of a
+    delivery whose own call comes next, or run before its byte is written."""
     state = {"stop": False, "signals": 0}
+    counted = {"bytes": 0, "calls": 0}
     wakeup = _wakeup_pipe()
 
     def handler(signum, frame):
-        state["signals"] += _deliveries(wakeup)
+        counted["bytes"] += _deliveries(wakeup)
+        counted["calls"] += 1
+        before, state["signals"] = state["signals"], max(counted["bytes"], counted["calls"])
         state["stop"] = True
-        if state["signals"] == 2:  # os.write: print() here could re-enter a write under way
+        if before < 2 and state["signals"] == 2:  # os.write: print() here could re-enter a write under way
             os.write(2, b"stopping: the best placement so far is printed in a moment "
                         b"(Ctrl-C again quits without it)\n")
         elif state["signals"] > 2:
@@ -97,14 +101,15 @@ def _wakeup_pipe() -> tuple[int, int, int] | None:
 
 
 def _deliveries(wakeup: tuple[int, int, int] | None) -> int:
-    """SIGINT and SIGTERM deliveries since the last call (at least the one being handled)."""
+    """SIGINT and SIGTERM deliveries written to the wakeup pipe since the last call (0
+    when none is there yet); 1 without a pipe (one per call, as Python calls it)."""
     if wakeup is None:
         return 1
     try:
         data = os.read(wakeup[0], 256)
     except OSError:  # nothing there (BlockingIOError) or closed
-        return 1
-    return max(1, sum(b in (signal.SIGINT, signal.SIGTERM) for b in data))
+        return 0
+    return sum(b in (signal.SIGINT, signal.SIGTERM) for b in data)
 
 
 def run_solve(model, options, *, progress: bool, seed_orders=None, state=None):

@@ -12,7 +12,7 @@ import asyncio
 from collections import Counter
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Mapping
+from typing import Any, AsyncIterator, Callable, Iterable, Mapping
 
 from geoconsole.errors import RemoteError
 from geoconsole.launch.plan import LaunchPlan
@@ -26,6 +26,17 @@ class Reach:
     known_hosts: str | None = None
     accept_new: bool = False
 
+    def hosts_for(self, names: Iterable[str]) -> dict[str, Any]:
+        """The inventory host of each fabric host name, in any case (as DNS: the plan keeps
+        the fabric's spelling, the inventory may write it otherwise); RemoteError naming
+        the first one the inventory lacks."""
+        by_key = {name.lower(): h for name, h in self.ssh_hosts.items()}
+        names = list(names)
+        missing = sorted(n for n in names if n.lower() not in by_key)
+        if missing:
+            raise RemoteError(f"host {missing[0]!r} of the fabric is not in the inventory")
+        return {n: by_key[n.lower()] for n in names}
+
 
 @asynccontextmanager
 async def connected(reach: Reach, counts: Mapping[str, int]) -> AsyncIterator[dict[str, list[Any]]]:
@@ -34,10 +45,7 @@ async def connected(reach: Reach, counts: Mapping[str, int]) -> AsyncIterator[di
     from geoconsole.launch.run import close_sessions, sessions_for_counts
     from probes.ssh import SSHError, SSHPool  # asyncssh: only where hosts are reached
 
-    by_key = {name.lower(): h for name, h in reach.ssh_hosts.items()}  # names ignore case, as DNS
-    missing = sorted(h for h in counts if h.lower() not in by_key)
-    if missing:
-        raise RemoteError(f"host {missing[0]!r} of the fabric is not in the inventory")
+    ssh = reach.hosts_for(counts)
     options: dict[str, Any] = {"accept_new": reach.accept_new}
     if reach.known_hosts:
         options["known_hosts"] = reach.known_hosts
@@ -46,7 +54,7 @@ async def connected(reach: Reach, counts: Mapping[str, int]) -> AsyncIterator[di
     try:
         # every host's connect runs to its end (each bounded by the connect timeout), so
         # the error names every host that cannot be reached and none is left connecting
-        results = await asyncio.gather(*(pool.session(by_key[h.lower()]) for h in counts),
+        results = await asyncio.gather(*(pool.session(ssh[h]) for h in counts),
                                        return_exceptions=True)
         failed = [r for r in results if isinstance(r, BaseException)]
         for r in failed:
@@ -56,7 +64,7 @@ async def connected(reach: Reach, counts: Mapping[str, int]) -> AsyncIterator[di
             more = f" (and {len(failed) - 1} more: {', '.join(e.host for e in failed[1:])})" if len(failed) > 1 else ""
             raise RemoteError(f"{failed[0]}{more}")
         try:
-            sessions = await sessions_for_counts(pool, reach.ssh_hosts, counts)
+            sessions = await sessions_for_counts(pool, ssh, counts)
         except SSHError as exc:
             raise RemoteError(str(exc)) from None
         yield sessions
@@ -86,16 +94,18 @@ async def discover(sessions: Mapping[str, list[Any]], reach: Reach) -> dict[str,
     from probes.discovery import discover_host, peer_for
     from probes.ssh import SSHError
 
-    hosts = [reach.ssh_hosts[h] for h in sessions]
+    names = list(sessions)  # the plan's (the fabric's) spelling, as the measurement names them
+    ssh = reach.hosts_for(names)
+    hosts = [ssh[n] for n in names]
 
     async def one(k: int) -> Any:
-        return await discover_host(sessions[hosts[k].name][0], hosts[k], peer=peer_for(hosts, k))
+        return await discover_host(sessions[names[k]][0], hosts[k], peer=peer_for(hosts, k))
 
     try:
         found = await asyncio.gather(*(one(k) for k in range(len(hosts))))
     except SSHError as exc:
         raise RemoteError(str(exc)) from None
-    return {h.name: info for h, info in zip(hosts, found)}
+    return dict(zip(names, found))
 
 
 async def connect_and_run(plan: LaunchPlan, reach: Reach, rebuild: Callable[[dict[str, str]], LaunchPlan], *,

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from geoconsole.errors import InputError
+from solver.names import INTERFACE_NAME
 
 MODES = ("torchrun", "env")
 BACKENDS = ("nccl", "gloo", "nccl+gloo")
@@ -45,7 +46,6 @@ DEFAULT_PORT = 29500
 TORCHRUN_MODULE = ("-m", "torch.distributed.run")
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_IFACE = re.compile(r"[A-Za-z0-9_.:@][A-Za-z0-9_.:@-]{0,14}\Z")  # no leading -: names are data
 
 
 class LaunchError(InputError):
@@ -248,7 +248,7 @@ def _check_env(env: Mapping[str, str]) -> None:
 
 
 def _check_interface(value: str | None, where: str) -> None:
-    if value is not None and not _IFACE.match(value):
+    if value is not None and not INTERFACE_NAME.match(value):
         raise LaunchError(f"{where}: {value!r}: not an interface name", "interface")
 
 
