@@ -74,7 +74,8 @@ class LabelsScreen(TableTools, ConsoleScreen):
         self.marked: set[int] = set()
         self.order: list[int] = []
         #: (labels, fabric, what) before each edit, newest last: ``z`` puts them back.
-        self.undo_stack: list[tuple[object, object, str]] = []
+        #: (session, labels, fabric, what) before each edit; only the current session's undo.
+        self.undo_stack: list[tuple[object, object, object, str]] = []
         #: The device row the cursor follows through the next redraw (after Apply).
         self.keep_cursor_on: int | None = None
 
@@ -103,6 +104,9 @@ class LabelsScreen(TableTools, ConsoleScreen):
 
     def show_session(self) -> None:
         s = self.session
+        if getattr(self, "_shown", None) is not s:  # another session loaded: marks were rows of the last
+            self._shown = s
+            self.marked.clear()
         devices = s.devices()
         table = self.query_one(DataTable)
         cursor = table.cursor_row
@@ -204,15 +208,19 @@ class LabelsScreen(TableTools, ConsoleScreen):
 
     def _remember(self, what: str) -> None:
         s = self.session
-        self.undo_stack.append((s.labels, s.fabric, what))
+        self.undo_stack.append((s, s.labels, s.fabric, what))
         del self.undo_stack[:-20]
 
     def action_undo(self) -> None:
-        """Put back the labels (and the labelled fabric) from before the last edit."""
+        """Put back the labels (and the labelled fabric) from before the last edit of this
+        session: edits of a session loaded over since are not undone into this one (its
+        labels, even its fabric, came back, and ctrl+s then wrote them into the loaded file)."""
+        while self.undo_stack and self.undo_stack[-1][0] is not self.session:
+            self.undo_stack.pop()
         if not self.undo_stack:
             self.notify("nothing to undo", severity="warning")
             return
-        labels, fabric, what = self.undo_stack.pop()
+        _session, labels, fabric, what = self.undo_stack.pop()
         self.session.labels, self.session.fabric = labels, fabric
         self.post_message(SessionChanged(f"undone: {what}"))
 
@@ -276,7 +284,7 @@ class LabelsScreen(TableTools, ConsoleScreen):
             error.update(" ".join(str(exc).split()))
             return
         error.update("")
-        self.undo_stack.append((*before, f"labels on {_rows(len(rows))}"))
+        self.undo_stack.append((s, *before, f"labels on {_rows(len(rows))}"))
         for field in LABEL_FIELDS:
             self.query_one(f"#set-{field}", Input).value = ""
         self.marked.clear()

@@ -311,6 +311,35 @@ async def test_label_edit_is_undone_and_the_cursor_stays_on_its_row():
         assert app.session.devices()[row].region == "Oregon"
 
 
+async def test_undo_and_marks_do_not_reach_into_a_session_loaded_since(tmp_path):
+    """z after loading another session put the earlier session's labels (even its fabric)
+    into the loaded one, which ctrl+s then wrote over the loaded file; marks were rows of
+    the earlier fabric."""
+    from geoconsole.session import demo_session, load_session
+
+    other = demo_session()
+    other.save(tmp_path / "other.json")
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3")
+        screen = app.screen
+        screen.query_one("#set-region", Input).value = "Ireland"
+        await pilot.click("#apply")
+        await pilot.pause()
+        await pilot.press("space")  # a mark on the earlier session's table
+        assert screen.marked and len(screen.undo_stack) == 1
+        app.replace_session(load_session(tmp_path / "other.json"))
+        await pilot.pause()
+        assert not screen.marked
+        loaded = app.session
+        before = [d.region for d in loaded.devices()]
+        screen.set_focus(None)
+        await pilot.press("z")
+        await pilot.pause()
+        assert app.session is loaded and [d.region for d in loaded.devices()] == before
+        assert not screen.undo_stack
+
+
 async def test_labels_filter_and_sort():
     app = demo_app()
     async with app.run_test(size=SIZE) as pilot:
