@@ -34,13 +34,14 @@ MODES = ("torchrun", "env")
 VIAS = ("ssh", "slurm", "slurm-submit", "k8s")
 VIA_NAMES = {"ssh": "SSH", "slurm": "Slurm step", "slurm-submit": "Slurm submit", "k8s": "export for Kubernetes"}
 K8S_FILE = "geoconsole-k8s.yaml"
+#: Most characters of rank 0's command the launch question shows (the rest is counted).
+LAUNCH_SHOWN_CHARS = 300
 
 
-def plan_hosts(session) -> dict:
-    """LaunchHost per host: from the inventory when there is one, else host = address."""
-    from geoconsole.launch.plan import LaunchHost
-
-    from geoconsole.launch.plan import hosts_of_fabric
+def plan_hosts(session) -> tuple[dict, list[str]]:
+    """``(LaunchHost per host, fabric hosts the inventory lacks)``: from the inventory
+    when there is one (plan.hosts_of_fabric, as the CLI), else host = address."""
+    from geoconsole.launch.plan import LaunchHost, hosts_of_fabric
 
     hosts: dict = {}
     if session.inventory:
@@ -48,7 +49,7 @@ def plan_hosts(session) -> dict:
 
         for h in load_inventory(Path(session.inventory)).hosts:
             hosts[h.name] = LaunchHost.from_inventory(h)
-    return hosts_of_fabric(session.devices(), hosts)[0]
+    return hosts_of_fabric(session.devices(), hosts)
 
 
 class LaunchScreen(ConsoleScreen):
@@ -71,6 +72,8 @@ class LaunchScreen(ConsoleScreen):
         self.mode = MODES[0]
         self.via = VIAS[0]
         self.plan: Any = None
+        #: Hosts of the fabric the inventory lacks (plan_hosts): an SSH launch is refused.
+        self.missing: list[str] = []
         self.running = False
         self.result: Any = None
 
@@ -157,7 +160,8 @@ class LaunchScreen(ConsoleScreen):
             return
         try:
             command = shlex.split(self.query_one("#launch-command", Input).value)
-            self.plan = build_plan(sol.rank_map.tolist(), s.devices(), plan_hosts(s), command, mode=self.mode)
+            hosts, self.missing = plan_hosts(s)
+            self.plan = build_plan(sol.rank_map.tolist(), s.devices(), hosts, command, mode=self.mode)
         except (LaunchError, ValueError) as exc:
             summary.update(Text(" ".join(str(exc).split()), style="bold red"))
             return
@@ -172,6 +176,10 @@ class LaunchScreen(ConsoleScreen):
             text.append(f"\nvia {VIA_NAMES[self.via]} (v); l: "
                         + ("write " + K8S_FILE if self.via == "k8s" else "launch (asks first), a: abort"),
                         style="dim")
+        elif s.inventory and self.missing:  # as the CLI's launch: refused, not reached by name
+            more = f" and {len(self.missing) - 1} more" if len(self.missing) > 1 else ""
+            text.append(f"\nthe inventory lacks host {self.missing[0]!r}{more} of the fabric: "
+                        "review only (add them to launch over SSH)", style=warning_style(self.app))
         elif s.inventory:
             text.append("\nl: launch (asks first), a: abort", style="dim")
         else:
@@ -208,10 +216,17 @@ class LaunchScreen(ConsoleScreen):
         if self.via == "ssh" and not self.session.inventory:
             self.notify("no inventory: open the console with --inventory to launch", severity="warning")
             return
+        if self.via == "ssh" and self.missing:
+            self.notify(f"the inventory lacks host {self.missing[0]!r} of the fabric: add it to launch over SSH",
+                        severity="warning")
+            return
         plan = self.plan
+        shown = plan.processes[0].shell_command(plan.workdir)
+        if len(shown) > LAUNCH_SHOWN_CHARS:  # said, never cut silently: a cut can read as a whole argument
+            shown = f"{shown[:LAUNCH_SHOWN_CHARS]} ... ({len(shown) - LAUNCH_SHOWN_CHARS} more characters)"
         body = (f"{plan.world_size} ranks on {len(plan.by_host())} hosts, rendezvous "
                 f"{plan.master_addr}:{plan.master_port} on {plan.master_host}.\n"
-                f"rank 0: {plan.processes[0].shell_command(plan.workdir)[:300]}")
+                f"rank 0: {shown}")
 
         def answer(yes: bool | None) -> None:
             if yes:

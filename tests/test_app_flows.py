@@ -371,6 +371,36 @@ async def test_launch_screen_shows_the_plan_read_only():
         assert any("--node-rank=0" in line for line in lines)
 
 
+async def test_launch_screen_refuses_hosts_the_inventory_lacks_and_shows_the_cut(tmp_path):
+    """The CLI refuses an SSH launch to a host its inventory lacks; the console opened the
+    launch question anyway (and cut rank 0's command at 300 characters without a word)."""
+    inventory = tmp_path / "hosts.toml"
+    inventory.write_text('[[hosts]]\nname = "OREGON-0"\naddress = "10.255.255.1"\n')
+    app = demo_app()
+    app.session.inventory = str(inventory)
+    with_solutions(app, region_pipelines(app.session))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("6")
+        await pilot.pause()
+        screen = app.screen
+        summary = text_of(screen.query_one("#launch-summary"))
+        assert "the inventory lacks host 'oregon-1' and 62 more of the fabric" in summary
+        assert "10.255.255.1" in summary  # oregon-0 found in any case: rank 0's address
+        await pilot.press("l")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmDialog)
+        inventory.write_text("".join(f'[[hosts]]\nname = "{d.host}"\naddress = "{d.host}"\n'
+                                     for d in app.session.devices()))
+        screen.query_one("#launch-command", Input).value = "train.py " + "x" * 400
+        screen.show_session()
+        await pilot.pause()
+        await pilot.press("l")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmDialog)
+        assert app.screen.body.rstrip().endswith("more characters)")
+        await pilot.press("escape")
+
+
 async def test_fleet_screen_lists_demo_hosts():
     app = demo_app()
     async with app.run_test(size=SIZE) as pilot:
