@@ -214,6 +214,10 @@ class FleetScreen(TableTools, ConsoleScreen):
 
     def action_accept_key(self) -> None:
         row = self._selected()
+        if row is not None and row.key_error is None and "host key CHANGED" in (row.error or ""):
+            self.notify("a changed host key is never accepted here: if the change is expected, remove the "
+                        "host's old line from known_hosts, then r (retry)", severity="warning", timeout=10)
+            return
         if row is None or row.key_error is None:
             self.notify("the selected host has no new host key waiting", severity="warning")
             return

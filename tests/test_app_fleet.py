@@ -85,6 +85,27 @@ async def test_unknown_host_key_waits_for_a_confirmation(emulated_fleet, tmp_pat
         assert len((tmp_path / "empty_known_hosts").read_text().splitlines()) == 1
 
 
+async def test_a_changed_host_key_is_refused_and_k_says_what_to_do(emulated_fleet, tmp_path):
+    """k on a changed key said 'no new host key waiting', which reads as nothing wrong."""
+    f = emulated_fleet
+    name = f.hosts[0].name
+    lines = [line for line in f.known_hosts_path.read_text().splitlines() if line.strip()]
+    other = next(line for line in lines if line.split()[0] != f.hosts[0].address)
+    forged = tmp_path / "known_hosts"  # the first host's address with another host's key
+    forged.write_text(f"{f.hosts[0].address} {' '.join(other.split()[1:])}\n")
+    app = demo_app(inventory=f.inventory_path)
+    app.session.known_hosts = str(forged)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("r")
+        screen = app.screen
+        await wait_until(lambda: screen.fleet.rows[name].state not in ("not connected", "connecting"), 60)
+        assert screen.fleet.rows[name].state == "failed" and "host key CHANGED" in screen.fleet.rows[name].error
+        await pilot.press("k")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmDialog)
+        assert any("never accepted here" in n.message for n in app._notifications)
+
+
 async def test_sweep_fills_the_heatmap_live(emulated_fleet):
     f = emulated_fleet
     app = demo_app(inventory=f.inventory_path)
