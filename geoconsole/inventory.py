@@ -137,10 +137,15 @@ class _SSHConfigBlock:
 MAX_INCLUDE_DEPTH = 16
 #: Largest ssh config file read.
 MAX_SSH_CONFIG_BYTES = 4 << 20
+#: Most files one config may read through its Includes in all (globs that fan out at
+#: every level read 3^14 files from 42 and never finished).
+MAX_SSH_CONFIG_FILES = 512
+#: ``Key value`` or ``Key=value`` (ssh_config(5)); an ``=`` inside the value is the value's.
+_SSH_OPTION = re.compile(r"([^\s=]+)\s*(?:=\s*|\s+)(.*)")
 
 
 def read_ssh_config(path: str | os.PathLike[str] | None = DEFAULT_SSH_CONFIG, *,
-                    _chain: tuple[str, ...] = ()) -> list[_SSHConfigBlock]:
+                    _chain: tuple[str, ...] = (), _read: list[int] | None = None) -> list[_SSHConfigBlock]:
     """Parse the ``Host`` blocks of an OpenSSH client config (``Match`` blocks are skipped).
 
     A missing file (or folder) is an empty config. ``Include`` is followed (globs,
@@ -157,6 +162,10 @@ def read_ssh_config(path: str | os.PathLike[str] | None = DEFAULT_SSH_CONFIG, *,
         raise InventoryError(f"{file}: Include nested more than {MAX_INCLUDE_DEPTH} deep")
     if not file.exists() or file.is_dir():
         return []
+    _read = [0] if _read is None else _read
+    _read[0] += 1
+    if _read[0] > MAX_SSH_CONFIG_FILES:
+        raise InventoryError(f"{file}: Include reads more than {MAX_SSH_CONFIG_FILES} files in all")
     text = read_text(file, "ssh config", max_bytes=MAX_SSH_CONFIG_BYTES, error=InventoryError)
     blocks: list[_SSHConfigBlock] = []
     patterns: tuple[str, ...] = ("*",)
@@ -165,7 +174,8 @@ def read_ssh_config(path: str | os.PathLike[str] | None = DEFAULT_SSH_CONFIG, *,
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        key, _, value = line.replace("=", " ", 1).partition(" ")
+        match = _SSH_OPTION.match(line)
+        key, value = (match.group(1), match.group(2)) if match else (line, "")
         key, value = key.lower(), value.strip().strip('"')
         if key in ("host", "match"):
             blocks.append(_SSHConfigBlock(patterns, tuple(options)))
@@ -179,7 +189,7 @@ def read_ssh_config(path: str | os.PathLike[str] | None = DEFAULT_SSH_CONFIG, *,
                 if not os.path.isabs(item):
                     item = os.path.join(os.path.expanduser("~/.ssh"), item)
                 for inc in sorted(glob.glob(item)):
-                    blocks.extend(read_ssh_config(inc, _chain=_chain + (real,)))
+                    blocks.extend(read_ssh_config(inc, _chain=_chain + (real,), _read=_read))
         else:
             options.append((key, value))
     blocks.append(_SSHConfigBlock(patterns, tuple(options)))
@@ -221,7 +231,8 @@ def load_inventory(path: str | os.PathLike[str], *,
         entries = _toml_entries(path, text)
     else:
         entries = _hostfile_entries(path, text)
-    hosts = [_resolve(path, where, entry, defaults, blocks) for where, entry, defaults in entries]
+    config = str(ssh_config) if ssh_config is not None else DEFAULT_SSH_CONFIG
+    hosts = [_resolve(path, where, entry, defaults, blocks, config) for where, entry, defaults in entries]
     if not hosts:
         raise InventoryError(f"{path}: no hosts")
     seen: dict[str, tuple[str, str]] = {}  # name lowercased (DNS ignores case) -> (name, where)
@@ -295,7 +306,7 @@ def _hostfile_entries(path: Path, text: str) -> list[tuple[str, dict[str, Any], 
 
 
 def _resolve(path: Path, where: str, entry: dict[str, Any], defaults: dict[str, Any],
-             blocks: list[_SSHConfigBlock]) -> Host:
+             blocks: list[_SSHConfigBlock], config: str = DEFAULT_SSH_CONFIG) -> Host:
     def text(key: str, value: Any, scope: str) -> str | None:
         if value is None:
             return None
@@ -325,13 +336,13 @@ def _resolve(path: Path, where: str, entry: dict[str, Any], defaults: dict[str, 
         name = address
     ssh = ssh_config_for(address, blocks)
     real_address = text("address", ssh.get("hostname", address).replace("%h", address),
-                        f"{where} (~/.ssh/config HostName)")
+                        f"{where} ({config} HostName)")
 
     def pick(key: str, ssh_key: str | None = None) -> tuple[Any, str]:
         if key in entry:
             return entry[key], where
         if ssh_key and ssh_key in ssh:
-            return ssh[ssh_key], f"{where} (~/.ssh/config {ssh_key})"
+            return ssh[ssh_key], f"{where} ({config} {ssh_key})"
         if key in merged_defaults:
             return merged_defaults[key], d_scope
         return None, where

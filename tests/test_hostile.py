@@ -795,3 +795,51 @@ def test_known_hosts_lines_openssh_reads_or_skips_are_not_refused(tmp_path, line
     known = tmp_path / "known"
     known.write_text(line + "\n")
     read_known_hosts(known)
+
+
+def _probe_files(tmp_path):
+    inventory = tmp_path / "hosts.toml"
+    inventory.write_text('[[hosts]]\nname = "a"\naddress = "nonexistent.invalid"\n')
+    config, known = tmp_path / "ssh_config", tmp_path / "known_hosts"
+    config.write_text("")
+    known.write_text("")
+    return inventory, config, known
+
+
+@pytest.mark.parametrize("target, flag, culprit", [
+    ("hosts.toml", "-o", "--out: "), ("ssh_config", "-o", "is also the --ssh-config"),
+    ("known_hosts", "-o", "is also the --known-hosts"), ("ssh_config", "--events", "is also the --ssh-config"),
+    ("known_hosts", "--events", "is also the --known-hosts"),
+])
+def test_probe_never_writes_over_its_own_inputs(tmp_path, target, flag, culprit):
+    """probe -o wrote the fabric over its inventory, ssh config or known_hosts; --events
+    over the known_hosts, whose next read then failed."""
+    inventory, config, known = _probe_files(tmp_path)
+    args = ["probe", "-i", str(inventory), "--ssh-config", str(config), "--known-hosts", str(known),
+            "--connect-timeout", "2", "--host-timeout", "5"]
+    args += ["-o", str(tmp_path / target)] if flag == "-o" else ["-o", str(tmp_path / "f.json"), flag, str(tmp_path / target)]
+    expect_one_line(tmp_path, args, 2, culprit)
+
+
+@pytest.mark.parametrize("extra, culprit", [
+    (["--region", "a,b"], "--region 'a,b'"), (["--zone", "z" * 64], "--zone"),
+    (["--network-group", "a\x1bb"], "--network-group"), (["--ssh-config", "FOLDER"], "is a folder"),
+])
+def test_fleet_flags_are_checked_before_any_host_is_reached(tmp_path, extra, culprit):
+    """Location flags were written into the fabric unchecked (no command could load it
+    back); a folder --ssh-config was read as an empty config."""
+    inventory, config, known = _probe_files(tmp_path)
+    (tmp_path / "folder").mkdir()
+    extra = [{"NOFILE": str(tmp_path / "nofile"), "FOLDER": str(tmp_path / "folder")}.get(a, a) for a in extra]
+    for command in (["probe", "-o", str(tmp_path / "f.json")], ["inventory"]):
+        args = [*command, "-i", str(inventory), "--known-hosts", str(known), "--connect-timeout", "2", *extra]
+        if "--ssh-config" not in extra:
+            args += ["--ssh-config", str(config)]
+        expect_one_line(tmp_path, args, 2, culprit)
+
+
+def test_a_missing_ssh_config_named_on_the_command_line_is_noted(tmp_path):
+    inventory, _config, known = _probe_files(tmp_path)
+    result = CliRunner().invoke(app, ["--headless", "inventory", "-i", str(inventory), "--known-hosts", str(known),
+                                      "--ssh-config", str(tmp_path / "typo"), "--connect-timeout", "2"])
+    assert result.exit_code == 3 and "note: --ssh-config: " in result.stderr and "typo: no such file" in result.stderr

@@ -155,7 +155,7 @@ def test_malformed_hostfile_line_is_named(tmp_path, text, expected):
 @pytest.mark.parametrize("command", ["inventory", "probe"])
 def test_cli_bad_inventory_exits_2_with_one_line(tmp_path, command):
     path = write(tmp_path, "bad.toml", '[[hosts]]\naddress = "a"\nport = "ssh"\n')
-    args = ["--headless", command, "--inventory", str(path), "--ssh-config", str(tmp_path / "none")]
+    args = ["--headless", command, "--inventory", str(path), "--ssh-config", str(write(tmp_path, "none", ""))]
     if command == "probe":
         args += ["--out", str(tmp_path / "f.json")]
     result = CliRunner().invoke(app, args)
@@ -169,3 +169,26 @@ def test_cli_missing_inventory_file(tmp_path):
     assert result.exit_code == 2
     assert "nope.toml: no such inventory file" in result.output
     assert "Traceback" not in result.output
+
+
+def test_includes_that_fan_out_are_cut_off_by_a_file_budget(tmp_path, monkeypatch):
+    """Each level including every file of the next: 42 files read 3^14 times never ended."""
+    import geoconsole.inventory as inventory
+
+    monkeypatch.setattr(inventory, "MAX_SSH_CONFIG_FILES", 40)
+    for level in range(6):
+        folder = tmp_path / f"L{level}"
+        folder.mkdir()
+        for k in range(3):
+            (folder / f"f{k}").write_text(f"Include {tmp_path}/L{level + 1}/*\n" if level < 5 else "Host q\n Port 22\n")
+    (tmp_path / "root").write_text(f"Include {tmp_path}/L0/*\n")
+    with pytest.raises(InventoryError, match="Include reads more than 40 files in all"):
+        read_ssh_config(tmp_path / "root")
+
+
+def test_an_equals_sign_inside_a_value_is_the_values(tmp_path):
+    """``Key=value`` splits at the first '=' only when it follows the key: a HostName or
+    IdentityFile holding '=' lost it."""
+    blocks = read_ssh_config(write(tmp_path, "c", "Host a\n  IdentityFile ~/k=1\nHost b\n  Port=2222\n"))
+    assert ssh_config_for("a", blocks)["identityfile"] == "~/k=1"
+    assert ssh_config_for("b", blocks)["port"] == "2222"

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import typer
 
-from solver.files import shown
+from solver.files import check_not_input, shown
 
 from geoconsole.cli.errors import UserError, cli_errors, flag
 from geoconsole.cli.exitcodes import ExitCode
@@ -29,8 +29,16 @@ CONNECT_TIMEOUT = typer.Option(10.0, "--connect-timeout", min=0.1, help="Seconds
 
 
 def _load_inventory(path: Path, ssh_config: Path):
-    from geoconsole.inventory import load_inventory
+    """The inventory, with ``--ssh-config``: a folder is refused; a missing file named on
+    the command line is read as no config, with a note (a typo dropped every HostName,
+    User and Port without a word; the default ~/.ssh/config may be absent unsaid)."""
+    from geoconsole.inventory import DEFAULT_SSH_CONFIG, load_inventory
 
+    config = ssh_config.expanduser()
+    if config.is_dir():
+        raise UserError(f"--ssh-config: {shown(ssh_config)}: is a folder; name an OpenSSH client config file")
+    if not config.exists() and config != Path(DEFAULT_SSH_CONFIG).expanduser():
+        typer.echo(f"note: --ssh-config: {shown(ssh_config)}: no such file; no ssh config is read", err=True)
     return load_inventory(path, ssh_config=ssh_config)
 
 
@@ -48,7 +56,16 @@ def _report_accepted(pool) -> None:
 
 
 def _labels(region, zone, group) -> dict[str, Optional[str]]:
-    return {"region": region, "zone": zone, "network_group": group}
+    """The location flags, checked as labels are where loaded (a probe wrote a fabric with
+    --region a,b that no command could read back)."""
+    from geoconsole.labels import label_problem
+
+    given = {"region": region, "zone": zone, "network_group": group}
+    for field, value in given.items():
+        why = label_problem(field, value) if value is not None else None
+        if why:
+            raise UserError(f"--{field.replace('_', '-')} {str(value)[:80]!r}: {why}")
+    return given
 
 
 def inventory_command(
@@ -154,6 +171,12 @@ def probe_command(
     from probes.sweep import STRATEGIES, ProbeSettings
 
     inv = _load_inventory(inventory, ssh_config)
+    labels = _labels(region, zone, network_group)
+    # every file this command reads: --out and --events may be none of them
+    inputs = [("--inventory", inventory), ("--ssh-config", ssh_config.expanduser()),
+              ("--known-hosts", Path(known_hosts).expanduser()), ("--refresh", refresh), ("--solution", solution)]
+    if out is not None:
+        check_not_input(out, inputs + [("--events", events)], error=lambda why: UserError(f"--out: {why}"))
     if strategy is not None and strategy not in STRATEGIES:
         raise UserError(f"--strategy: expected one of {', '.join(STRATEGIES)}, got {strategy!r}")
     settings = ProbeSettings(
@@ -166,12 +189,11 @@ def probe_command(
     if out is not None and not out.parent.exists():
         raise UserError(f"--out: folder {out.parent} does not exist")
     pool = _pool(known_hosts, accept_new, connect_timeout)
-    labels = _labels(region, zone, network_group)
     if refresh is not None:
         _refresh(inv.hosts, pool, settings, labels, refresh, solution, out, events,
-                 share=share, threshold=drift_threshold, seed=seed)
+                 share=share, threshold=drift_threshold, seed=seed, inputs=inputs)
         return
-    events_file = _open_events(events, [("--inventory", inventory), ("--out", out)]) if events else None
+    events_file = _open_events(events, inputs + [("--out", out)]) if events else None
     try:
         fabric, done, interrupted, lost = asyncio.run(_probe(inv.hosts, pool, settings, labels, out, events_file))
     finally:
@@ -204,7 +226,7 @@ def _open_events(path: Path, inputs):
 
 
 def _refresh(hosts, pool, settings, labels, path: Path, solution: Optional[Path], out: Optional[Path],
-             events: Optional[Path], *, share: float, threshold: float, seed: int) -> None:
+             events: Optional[Path], *, share: float, threshold: float, seed: int, inputs=()) -> None:
     """``probe --refresh``: re-measure a sample of links, print each one's drift; exit 1 on drift."""
     import asyncio
 
@@ -226,8 +248,7 @@ def _refresh(hosts, pool, settings, labels, path: Path, solution: Optional[Path]
     if lost:
         raise UserError(f"--refresh: {path}: host {lost[0]} is not in the inventory")
     wanted = {fabric.devices[k].host for link in links for k in (link.i, link.j)}
-    events_file = _open_events(events, [("--refresh", path), ("--out", out), ("--solution", solution)]) \
-        if events else None
+    events_file = _open_events(events, [*inputs, ("--out", out)]) if events else None
     try:
         new, done, interrupted, _lost = asyncio.run(_probe([h for h in hosts if h.name in wanted], pool, settings, labels,
                                                     None, events_file, only=[(x.src, x.dst) for x in links]))

@@ -446,6 +446,13 @@ def validate_command(
         raise UserError(f"--rank-map: {len(solution)} ranks for {fabric.n} devices; give the solve --json "
                         "output (it names the selected rows) or --pp/--dp that use every device")
     fabric = prepared.fabric
+    if solution is not None:  # before any host is reached, as score and launch --dry-run check it
+        from solver.cost import grid_from_rank_map
+
+        try:
+            grid_from_rank_map(solution, workload.d_pp, workload.d_dp)
+        except ValueError as exc:
+            raise UserError(f"--rank-map: {exc}") from None
     inv, hosts = _inventory(inventory)
     hosts = _hosts_for(fabric, hosts, True, inventory)
     known_hosts = str(known_hosts_flag(known_hosts))
