@@ -27,8 +27,11 @@ from screens.tabs import ScreenTabs
 from screens.dialogs import ConfirmDialog
 from solver.workload import DTFM_WORKLOAD
 
+#: Hosts that connect at once (the SSH pool's handshake limit); the rest show "queued".
+MAX_CONNECTING = 10
+
 STATE_STYLES = {
-    "connected": "green", "connecting": "yellow", "failed": "bold red",
+    "connected": "green", "connecting": "yellow", "queued": "yellow", "failed": "bold red",
     "new host key": "bold magenta", "not connected": "dim", "demo": "cyan",
 }
 
@@ -70,7 +73,7 @@ def _cells(r: HostRow) -> tuple[str, ...]:
 def host_counts(states: dict[str, int]) -> str:
     """'hosts 3/4 connected, 1 failed' for the status bar."""
     total = sum(states.values())
-    words = [f"{states[s]} {s}" for s in ("connecting", "failed", "new host key") if states.get(s)]
+    words = [f"{states[s]} {s}" for s in ("connecting", "queued", "failed", "new host key") if states.get(s)]
     return ", ".join([f"hosts {states.get('connected', 0)}/{total} connected", *words])
 
 
@@ -240,19 +243,25 @@ class FleetScreen(TableTools, ConsoleScreen):
         options = {"accept_new": accept_new, "connect_timeout": self.connect_timeout_s}
         if known:
             options["known_hosts"] = known
-        pool = SSHPool(**options)
+        pool = SSHPool(**options, max_connecting=MAX_CONNECTING)
+        gate = asyncio.Semaphore(MAX_CONNECTING)  # the pool's own limit, seen by the rows
         try:
-            await asyncio.gather(*(self._connect_one(pool, name) for name in names))
+            await asyncio.gather(*(self._connect_one(pool, name, gate) for name in names))
         finally:
             await pool.close()
 
-    async def _connect_one(self, pool: Any, name: str) -> None:
+    async def _connect_one(self, pool: Any, name: str, gate: asyncio.Semaphore) -> None:
+        """One host: "queued" while MAX_CONNECTING others connect (40 hosts showed
+        "connecting" at once and failed in waves of 10, each well after the timeout),
+        "connecting" for its own handshake, then its outcome."""
         from probes.ssh import HostKeyError, SSHError
 
         row = self.fleet.rows[name]
-        self._update(name, state="connecting", error="", key_error=None)
+        self._update(name, state="queued", error="", key_error=None)
         try:
-            ssh = await pool.session(row.host)
+            async with gate:
+                self._update(name, state="connecting")
+                ssh = await pool.session(row.host)
             gpus, versions, labels = await self._discover(ssh, row.host)
         except HostKeyError as exc:
             if exc.kind == "unknown":

@@ -72,7 +72,7 @@ async def test_unknown_host_key_waits_for_a_confirmation(emulated_fleet, tmp_pat
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.press("r")  # retry the first (selected) host
         screen = app.screen
-        await wait_until(lambda: screen.fleet.rows[name].state not in ("not connected", "connecting"), 60)
+        await wait_until(lambda: screen.fleet.rows[name].state not in ("not connected", "queued", "connecting"), 60)
         row = screen.fleet.rows[name]
         assert row.state == "new host key" and "SHA256:" in row.error
         await pilot.press("k")
@@ -98,7 +98,7 @@ async def test_a_changed_host_key_is_refused_and_k_says_what_to_do(emulated_flee
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.press("r")
         screen = app.screen
-        await wait_until(lambda: screen.fleet.rows[name].state not in ("not connected", "connecting"), 60)
+        await wait_until(lambda: screen.fleet.rows[name].state not in ("not connected", "queued", "connecting"), 60)
         assert screen.fleet.rows[name].state == "failed" and "host key CHANGED" in screen.fleet.rows[name].error
         await pilot.press("k")
         await pilot.pause()

@@ -56,3 +56,28 @@ async def test_a_known_hosts_folder_fails_every_host_with_one_line(tmp_path):
         row = lambda: screen.fleet.rows["a"]  # noqa: E731
         await wait_until(lambda: row().state == "failed", 20)
         assert row().error == f"known_hosts: {tmp_path / 'kh'}: is a directory, expected a known_hosts file"
+
+
+async def test_hosts_past_the_handshake_limit_show_queued_not_connecting(tmp_path):
+    """With 12 silent hosts all 12 showed "connecting" though 10 connect at once, so the
+    last ones failed long after the timeout they seemed to be counting."""
+    from screens.fleet import MAX_CONNECTING
+
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(32)
+        port = mute.getsockname()[1]
+        inventory = tmp_path / "hosts.toml"
+        inventory.write_text("".join(f'[[hosts]]\nname = "m{k}"\naddress = "127.0.0.1"\nport = {port}\n\n'
+                                     for k in range(MAX_CONNECTING + 2)))
+        app = demo_app(inventory=inventory)
+        app.session.known_hosts = str(tmp_path / "known_hosts")
+        async with app.run_test(size=(160, 40)) as pilot:
+            screen = app.screen
+            screen.connect_timeout_s = 2
+            await pilot.press("c")
+            rows = screen.fleet.rows
+            states = lambda: [r.state for r in rows.values()]  # noqa: E731
+            await wait_until(lambda: states().count("connecting") == MAX_CONNECTING, 10)
+            assert states().count("queued") == 2
+            await wait_until(lambda: all(s == "failed" for s in states()), 20)
