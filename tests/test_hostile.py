@@ -843,3 +843,23 @@ def test_a_missing_ssh_config_named_on_the_command_line_is_noted(tmp_path):
     result = CliRunner().invoke(app, ["--headless", "inventory", "-i", str(inventory), "--known-hosts", str(known),
                                       "--ssh-config", str(tmp_path / "typo"), "--connect-timeout", "2"])
     assert result.exit_code == 3 and "note: --ssh-config: " in result.stderr and "typo: no such file" in result.stderr
+
+
+@pytest.mark.parametrize("extra, culprit", [
+    (["--share", "0.5"], "--share: only with --refresh"), (["--seed", "3"], "--seed: only with --refresh"),
+    (["--sizes-mb", "1,,2"], "--sizes-mb: an empty item"),
+])
+def test_probe_options_it_would_not_use_are_refused(tmp_path, extra, culprit):
+    """--share or --solution without --refresh were dropped and a full sweep ran instead."""
+    inventory, config, known = _probe_files(tmp_path)
+    expect_one_line(tmp_path, ["probe", "-i", str(inventory), "-o", str(tmp_path / "f.json"), "--ssh-config",
+                               str(config), "--known-hosts", str(known), "--connect-timeout", "2", *extra], 2, culprit)
+
+
+@pytest.mark.parametrize("target, culprit", [("F", "is also the --matrix"), ("DIR", "is a directory")])
+def test_an_sbatch_script_path_is_checked_by_a_dry_run_too(tmp_path, target, culprit):
+    fabric = _small_fabric_file(tmp_path)
+    (tmp_path / "dir").mkdir()
+    path = {"F": str(fabric), "DIR": str(tmp_path / "dir")}[target]
+    expect_one_line(tmp_path, ["launch", "-m", str(fabric), "-r", "0,1,2,3", "--via", "slurm", "--submit",
+                               "--dry-run", "--sbatch-script", path, "--", "t.py"], 2, "--sbatch-script: ", culprit)

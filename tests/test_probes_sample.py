@@ -301,3 +301,19 @@ def test_refresh_refuses_bad_inputs_with_one_line(tmp_path):
     result = runner.invoke(app, refresh_args(tmp_path, other))
     assert result.exit_code == 2 and "host elsewhere is not in the inventory" in result.output
     assert "Traceback" not in result.output
+
+
+def test_links_a_refresh_could_not_re_measure_are_not_called_ok(tmp_path):
+    """With every host down each link read "ok ... not re-measured"."""
+    from typer.testing import CliRunner
+
+    from geoconsole.cli import app
+
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    args = refresh_args(tmp_path, sampled_fabric(), "--known-hosts", str(known), "--connect-timeout", "2",
+                        "--host-timeout", "5")
+    result = CliRunner().invoke(app, args)
+    lines = [x for x in result.stdout.splitlines() if "not re-measured" in x]
+    assert result.exit_code == 3 and lines, result.output
+    assert all(x.startswith("  --    ") for x in lines), lines

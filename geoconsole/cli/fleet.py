@@ -20,7 +20,7 @@ from geoconsole.cli.errors import UserError, cli_errors, flag
 from geoconsole.cli.exitcodes import ExitCode
 from geoconsole.solving import MAX_SEED
 
-from geoconsole.cli.options import ACCEPT_NEW, INVENTORY_REQUIRED as INVENTORY, JSON_OUT, KNOWN_HOSTS, known_hosts_flag, path_option
+from geoconsole.cli.options import ACCEPT_NEW, INVENTORY_REQUIRED as INVENTORY, JSON_OUT, KNOWN_HOSTS, given_on_the_command_line, known_hosts_flag, path_option
 SSH_CONFIG = path_option(Path("~/.ssh/config"), "--ssh-config", help="OpenSSH client config whose Host aliases the inventory may use.")
 REGION = typer.Option(None, "--region", help="Region for hosts that have none (inventory, GCE metadata).")
 ZONE = typer.Option(None, "--zone", help="Zone for hosts that have none.")
@@ -141,6 +141,7 @@ def _print_inventory(hosts, results) -> None:
 
 
 def probe_command(
+    ctx: typer.Context,
     inventory: Path = INVENTORY,
     out: Optional[Path] = path_option(None, "--out", "-o", help="Write the measured fabric JSON here (with --refresh: that fabric with the re-measured links)."),
     known_hosts: str = KNOWN_HOSTS,
@@ -170,6 +171,11 @@ def probe_command(
 
     from probes.sweep import STRATEGIES, ProbeSettings
 
+    if refresh is None:  # said, not silently dropped: a full sweep ran instead
+        unused = [flag for flag, name in (("--solution", "solution"), ("--share", "share"), ("--drift", "drift_threshold"),
+                                          ("--seed", "seed")) if name in given_on_the_command_line(ctx)]
+        if unused:
+            raise UserError(f"{', '.join(unused)}: only with --refresh")
     inv = _load_inventory(inventory, ssh_config)
     labels = _labels(region, zone, network_group)
     # every file this command reads: --out and --events may be none of them
@@ -262,7 +268,8 @@ def _refresh(hosts, pool, settings, labels, path: Path, solution: Optional[Path]
           f" ({sum(x.why == 'bottleneck' for x in links)} bottleneck, {sum(x.why == 'slowest' for x in links)} "
           f"slowest, {sum(x.why == 'random' for x in links)} random); drift beyond {threshold:.0%}: {len(moved)}")
     for d in drifts:
-        print(("  DRIFT " if d.drifted else "  ok    ") + d.words())
+        # a link not re-measured is neither ok nor drifted (all 7 read "ok" with every host down)
+        print(("  DRIFT " if d.drifted else "  ok    " if d.change == d.change else "  --    ") + d.words())
     if interrupted:
         raise UserError("interrupted; drift shown for what was re-measured, nothing written",
                         ExitCode.INTERRUPTED)
@@ -301,8 +308,10 @@ def _solution_bottlenecks(fabric, solution: Optional[Path]):
 
 
 def _sizes(text: str) -> tuple[int, ...]:
+    if any(not x.strip() for x in text.split(",")):  # 1,,2: a typo, not a list
+        raise UserError(f"--sizes-mb: an empty item in {text!r}; expected numbers separated by commas")
     try:
-        values = [float(x) for x in text.split(",") if x.strip()]
+        values = [float(x) for x in text.split(",")]
     except ValueError:
         raise UserError(f"--sizes-mb: expected numbers separated by commas, got {text!r}") from None
     if len(set(values)) < 2 or any(v <= 0 for v in values):

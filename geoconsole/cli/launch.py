@@ -22,7 +22,7 @@ from geoconsole.solving import MAX_SEED
 
 from geoconsole.cli.options import (ACCEPT_NEW, C_DP, C_PP, DP_MSG, DP_OF_MAP, PP_MSG, PP_OF_MAP, GROUP_LOCALITY, INVENTORY, INVENTORY_REQUIRED, JSON_OUT, KNOWN_HOSTS, MATRIX,
                                     RANK_MAP, RECORD,
-                                    REGIONS, known_hosts_flag, load_fabric, path_option)
+                                    REGIONS, given_on_the_command_line, known_hosts_flag, load_fabric, path_option)
 
 MODE = typer.Option("torchrun", "--mode", help="torchrun (static rendezvous, one agent per GPU) or env (RANK, WORLD_SIZE, ... set directly).")
 BACKEND = typer.Option(None, "--backend", help="nccl, gloo or nccl+gloo: which *_SOCKET_IFNAME to set (default: nccl on GPUs, gloo on CPU hosts).")
@@ -146,6 +146,14 @@ def launch_command(
         raise UserError("--sbatch-script: needs --submit")
     inputs = [("--matrix", matrix), ("--rank-map", rank_map), ("--inventory", inventory)]
     _check_record(record, inputs)
+    if sbatch_script is not None:  # checked before anything, a dry run too (it was only at the write)
+        from solver.files import FileError, check_not_input, write_target
+
+        try:
+            check_not_input(sbatch_script, inputs + [("--record", record)])
+            write_target(sbatch_script)
+        except FileError as exc:
+            raise UserError(f"--sbatch-script: {exc}") from None
     fabric = load_fabric(matrix, devices=True)
     fabric, ranks = _solution(rank_map, fabric)
     said: list = []  # the advice given, for --json
@@ -307,12 +315,6 @@ async def _launch(plan, fabric, ranks, hosts, inv, command, opts, abort_on_failu
         sink=sink, abort_on_failure=abort_on_failure, grace_s=grace, check=check)
 
 
-def _given_on_the_command_line(ctx: typer.Context) -> set[str]:
-    """The command's parameters set on its command line (a default typed in too)."""
-    return {name for name in ctx.params
-            if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"}
-
-
 def export_command(
     ctx: typer.Context,
     matrix: Path = MATRIX,
@@ -341,7 +343,7 @@ def export_command(
         raise UserError(f"--mode {mode!r}: expected {' or '.join(MODES)}")
     if fmt == "torchrun" and mode != "torchrun":
         raise UserError(f"--mode {mode}: --format torchrun writes torchrun agents; leave out --mode or use --format json")
-    given = _given_on_the_command_line(ctx)
+    given = given_on_the_command_line(ctx)
     unused = [flag for flag, name in (("--mode", "mode"), ("--backend", "backend"), ("--port", "port"),
                                       ("--interface", "interface"), ("--env", "env"), ("--workdir", "workdir"))
               if name in given] if fmt in ("slurm", "rankfile") else []

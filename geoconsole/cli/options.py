@@ -98,3 +98,10 @@ def load_fabric(path: Path, *, devices: bool = False):
         raise FabricError(f"{path}: devices: the fabric names no host per row; "
                           "measure it with the fleet or add devices")
     return fabric
+
+
+def given_on_the_command_line(ctx: typer.Context) -> set[str]:
+    """The command's parameters set on its command line (a default typed in too): options
+    a command would not use are refused, not dropped."""
+    return {name for name in ctx.params
+            if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"}
