@@ -226,6 +226,8 @@ def load_inventory(path: str | os.PathLike[str], *,
     """Read a TOML inventory or a hostfile (by suffix). Raises :class:`InventoryError`."""
     path = Path(path)
     text = read_text(path, "inventory", max_bytes=MAX_INVENTORY_BYTES, error=InventoryError)
+    if text.startswith("\ufeff"):  # TOML said "Invalid statement (at line 1, column 1)"
+        raise InventoryError(f"{path}: starts with a byte order mark (U+FEFF); save it as UTF-8 without one")
     blocks = read_ssh_config(ssh_config)
     if path.suffix.lower() == ".toml":
         entries = _toml_entries(path, text)
@@ -242,6 +244,14 @@ def load_inventory(path: str | os.PathLike[str], *,
             same = "" if other[0] == h.name else f" as {other[0]!r}: host names ignore case"
             raise InventoryError(f"{h.source}: duplicate host name {h.name!r} (also {other[1]}{same})")
         seen[h.name.lower()] = (h.name, h.source)
+    reached: dict[tuple[str, int], tuple[str, str]] = {}  # one machine under two names: probed twice
+    for h in hosts:
+        key = (h.address.lower(), h.port)
+        other = reached.get(key)
+        if other is not None:
+            raise InventoryError(f"{h.source}: host {h.name!r} has the address {h.address}:{h.port} of "
+                                 f"{other[0]!r} ({other[1]}): one machine would be probed and launched twice")
+        reached[key] = (h.name, h.source)
     return Inventory(tuple(hosts), path)
 
 

@@ -61,15 +61,20 @@ async def test_a_known_hosts_folder_fails_every_host_with_one_line(tmp_path):
 async def test_hosts_past_the_handshake_limit_show_queued_not_connecting(tmp_path):
     """With 12 silent hosts all 12 showed "connecting" though 10 connect at once, so the
     last ones failed long after the timeout they seemed to be counting."""
+    import contextlib
+
     from screens.fleet import MAX_CONNECTING
 
-    with socket.socket() as mute:
-        mute.bind(("127.0.0.1", 0))
-        mute.listen(32)
-        port = mute.getsockname()[1]
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(MAX_CONNECTING + 2):  # one silent listener per host: one address:port each
+            mute = stack.enter_context(socket.socket())
+            mute.bind(("127.0.0.1", 0))
+            mute.listen(4)
+            ports.append(mute.getsockname()[1])
         inventory = tmp_path / "hosts.toml"
         inventory.write_text("".join(f'[[hosts]]\nname = "m{k}"\naddress = "127.0.0.1"\nport = {port}\n\n'
-                                     for k in range(MAX_CONNECTING + 2)))
+                                     for k, port in enumerate(ports)))
         app = demo_app(inventory=inventory)
         app.session.known_hosts = str(tmp_path / "known_hosts")
         async with app.run_test(size=(160, 40)) as pilot:

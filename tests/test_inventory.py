@@ -192,3 +192,22 @@ def test_an_equals_sign_inside_a_value_is_the_values(tmp_path):
     blocks = read_ssh_config(write(tmp_path, "c", "Host a\n  IdentityFile ~/k=1\nHost b\n  Port=2222\n"))
     assert ssh_config_for("a", blocks)["identityfile"] == "~/k=1"
     assert ssh_config_for("b", blocks)["port"] == "2222"
+
+
+def test_one_machine_under_two_names_is_refused(tmp_path):
+    """nonexistent.invalid and NONEXISTENT.invalid under two names: probed and launched twice."""
+    path = write(tmp_path, "h.toml", '[[hosts]]\nname = "a"\naddress = "gpu.example"\n'
+                                     '[[hosts]]\nname = "b"\naddress = "GPU.example"\n')
+    with pytest.raises(InventoryError, match="has the address GPU.example:22 of 'a'"):
+        load_inventory(path, ssh_config=None)
+    ok = write(tmp_path, "p.toml", '[[hosts]]\nname = "a"\naddress = "10.0.0.1"\n'
+                                   '[[hosts]]\nname = "b"\naddress = "10.0.0.1"\nport = 2222\n')
+    assert len(load_inventory(ok, ssh_config=None).hosts) == 2  # two sshds on one address: two hosts
+
+
+@pytest.mark.parametrize("name, text", [("h.toml", '[[hosts]]\naddress = "a"\n'), ("hosts", "a slots=1\n")])
+def test_a_byte_order_mark_is_named(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text("\ufeff" + text, encoding="utf-8")
+    with pytest.raises(InventoryError, match=r"starts with a byte order mark \(U\+FEFF\)"):
+        load_inventory(path, ssh_config=None)
