@@ -126,7 +126,10 @@ def defaults_from_flags(flags: list[str], learn: bool = True) -> EstimateDefault
     links: dict[str, tuple[float, float]] = {}
     for text in flags:
         key, value = parse_estimate(text)
-        (levels if key in ESTIMATE_LEVELS else links)[key] = value
+        table = levels if key in ESTIMATE_LEVELS else links
+        if key in table and table[key] != value:  # the last one won without a word
+            raise ValueError(f"estimate {text!r}: {key} is given twice ({table[key][0]:g},{table[key][1]:g} too)")
+        table[key] = value
     return EstimateDefaults(levels, links, learn)
 
 

@@ -267,3 +267,12 @@ def test_pair_medians_equal_a_direct_computation():
         assert out.beta_gbps[i, j] == pytest.approx(np.median(b[ok]))
         checked += 1
     assert checked > 20
+
+
+def test_an_estimate_given_twice_with_two_values_is_refused():
+    """--estimate zone=1,2 --estimate zone=3,4 kept the last without a word."""
+    from solver.estimate import defaults_from_flags
+
+    with pytest.raises(ValueError, match="zone is given twice"):
+        defaults_from_flags(["zone=1,2", "zone=3,4"])
+    assert defaults_from_flags(["zone=1,2", "zone=1,2"]).levels["zone"] == (1.0, 2.0)  # the same twice: once
