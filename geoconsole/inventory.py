@@ -137,15 +137,16 @@ class _SSHConfigBlock:
 MAX_INCLUDE_DEPTH = 16
 #: Largest ssh config file read.
 MAX_SSH_CONFIG_BYTES = 4 << 20
-#: Most files one config may read through its Includes in all (globs that fan out at
-#: every level read 3^14 files from 42 and never finished).
-MAX_SSH_CONFIG_FILES = 512
+#: Most file reads one config may make, itself and its Includes in all: room for a file
+#: per host of a large fleet (config.d/*), not for globs that fan out at every level (42
+#: files read 3^14 times never finished).
+MAX_SSH_CONFIG_FILES = 10_000
 #: ``Key value`` or ``Key=value`` (ssh_config(5)); an ``=`` inside the value is the value's.
 _SSH_OPTION = re.compile(r"([^\s=]+)\s*(?:=\s*|\s+)(.*)")
 
 
 def read_ssh_config(path: str | os.PathLike[str] | None = DEFAULT_SSH_CONFIG, *,
-                    _chain: tuple[str, ...] = (), _read: list[int] | None = None) -> list[_SSHConfigBlock]:
+                    _chain: tuple[str, ...] = (), _read: list | None = None) -> list[_SSHConfigBlock]:
     """Parse the ``Host`` blocks of an OpenSSH client config (``Match`` blocks are skipped).
 
     A missing file (or folder) is an empty config. ``Include`` is followed (globs,
@@ -162,10 +163,11 @@ def read_ssh_config(path: str | os.PathLike[str] | None = DEFAULT_SSH_CONFIG, *,
         raise InventoryError(f"{file}: Include nested more than {MAX_INCLUDE_DEPTH} deep")
     if not file.exists() or file.is_dir():
         return []
-    _read = [0] if _read is None else _read
+    _read = [0, file] if _read is None else _read  # reads so far, the config given
     _read[0] += 1
     if _read[0] > MAX_SSH_CONFIG_FILES:
-        raise InventoryError(f"{file}: Include reads more than {MAX_SSH_CONFIG_FILES} files in all")
+        raise InventoryError(f"{_read[1]}: its Includes read more than {MAX_SSH_CONFIG_FILES} files in all "
+                             f"(at {file})")
     text = read_text(file, "ssh config", max_bytes=MAX_SSH_CONFIG_BYTES, error=InventoryError)
     blocks: list[_SSHConfigBlock] = []
     patterns: tuple[str, ...] = ("*",)
@@ -244,14 +246,15 @@ def load_inventory(path: str | os.PathLike[str], *,
             same = "" if other[0] == h.name else f" as {other[0]!r}: host names ignore case"
             raise InventoryError(f"{h.source}: duplicate host name {h.name!r} (also {other[1]}{same})")
         seen[h.name.lower()] = (h.name, h.source)
-    reached: dict[tuple[str, int], tuple[str, str]] = {}  # one machine under two names: probed twice
+    reached: dict[tuple[str, int], list[Host]] = {}  # one machine under two names: probed twice
     for h in hosts:
         key = (h.address.lower(), h.port)
-        other = reached.get(key)
-        if other is not None:
-            raise InventoryError(f"{h.source}: host {h.name!r} has the address {h.address}:{h.port} of "
-                                 f"{other[0]!r} ({other[1]}): one machine would be probed and launched twice")
-        reached[key] = (h.name, h.source)
+        for other in reached.get(key, []):
+            if not (h.gpus and other.gpus and not set(h.gpus) & set(other.gpus)):
+                raise InventoryError(f"{h.source}: host {h.name!r} has the address {h.address}:{h.port} of "
+                                     f"{other.name!r} ({other.source}): its GPUs would be probed and launched "
+                                     "twice (split one machine by disjoint gpus lists)")
+        reached.setdefault(key, []).append(h)
     return Inventory(tuple(hosts), path)
 
 

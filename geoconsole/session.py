@@ -158,10 +158,16 @@ def _text(value: Any, where: str, most: int = MAX_TEXT_CHARS) -> str:
         raise SessionError(f"{where}: expected text, got {type(value).__name__}")
     if len(value) > most:
         raise SessionError(f"{where}: {len(value)} characters, at most {most}")
-    bad = next((c for c in value if unicodedata.category(c) == "Cc"), None)
-    if bad is not None:  # a no-break or narrow space in a path is text, not control
-        raise SessionError(f"{where}: holds the control character {bad!r}")
+    bad = next((c for c in value if unicodedata.category(c) in _NOT_TEXT), None)
+    if bad is not None:  # a no-break or narrow space in a path is text (Zs); these are not
+        raise SessionError(f"{where}: holds the control or format character {bad!r}")
     return value
+
+
+#: Unicode categories a session's text may not hold: controls (ESC, line breaks), format
+#: characters (a right-to-left override, a zero-width space) and line or paragraph
+#: separators, which redraw or hide what the console shows.
+_NOT_TEXT = frozenset({"Cc", "Cf", "Zl", "Zp"})
 
 
 def _one_line(value: Any, where: str) -> str:
@@ -169,7 +175,7 @@ def _one_line(value: Any, where: str) -> str:
     characters folded to spaces (a worker's multi-line error made the session unloadable)."""
     if not isinstance(value, str):
         raise SessionError(f"{where}: expected text, got {type(value).__name__}")
-    folded = " ".join("".join(" " if unicodedata.category(c) == "Cc" else c for c in value).split())
+    folded = " ".join("".join(" " if unicodedata.category(c) in _NOT_TEXT else c for c in value).split())
     return _text(folded[:MAX_TEXT_CHARS], where)
 
 

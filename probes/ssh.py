@@ -198,7 +198,7 @@ def _check_known_hosts_lines(path: Path, text: str) -> None:
     """Each entry is ``[@marker] hosts keytype base64-key [comment]`` (sshd(8)); asyncssh
     skips some malformed lines without a word (``my notes``, a key that is not base64),
     so a file of typos trusted nothing and every host then failed its key check."""
-    for number, line in enumerate(text.split("\n"), 1):  # OpenSSH's lines: \v or U+2028 is no break
+    for number, line in enumerate(text.splitlines(), 1):  # the lines asyncssh's parser reads
         fields = line.split()
         if not fields or fields[0].startswith("#"):
             continue

@@ -73,9 +73,9 @@ class LabelsScreen(TableTools, ConsoleScreen):
         super().__init__()
         self.marked: set[int] = set()
         self.order: list[int] = []
-        #: (labels, fabric, what) before each edit, newest last: ``z`` puts them back.
-        #: (session, labels, fabric, what) before each edit; only the current session's undo.
-        self.undo_stack: list[tuple[object, object, object, str]] = []
+        #: (session, labels and fabric before, fabric after, what) per edit, newest last: ``z``
+        #: puts one back while its session and the fabric it left are still current.
+        self.undo_stack: list[tuple[object, object, object, object, str]] = []
         #: The device row the cursor follows through the next redraw (after Apply).
         self.keep_cursor_on: int | None = None
 
@@ -206,21 +206,24 @@ class LabelsScreen(TableTools, ConsoleScreen):
     def action_apply(self) -> None:
         self.apply()
 
-    def _remember(self, what: str) -> None:
+    def _remember(self, before: tuple[object, object], what: str) -> None:
+        """Record an edit just made (``before``: the labels and fabric it replaced)."""
         s = self.session
-        self.undo_stack.append((s, s.labels, s.fabric, what))
+        self.undo_stack.append((s, *before, s.fabric, what))
         del self.undo_stack[:-20]
 
     def action_undo(self) -> None:
-        """Put back the labels (and the labelled fabric) from before the last edit of this
-        session: edits of a session loaded over since are not undone into this one (its
-        labels, even its fabric, came back, and ctrl+s then wrote them into the loaded file)."""
-        while self.undo_stack and self.undo_stack[-1][0] is not self.session:
-            self.undo_stack.pop()
+        """Put back the labels (and the labelled fabric) from before the last edit, while
+        the fabric is still the one that edit left: after another session was loaded, a
+        device left out, a sweep or a refresh, undo would put an older fabric (and labels)
+        back under newer solutions (a session that then saved did not load again)."""
+        s = self.session
+        while self.undo_stack and (self.undo_stack[-1][0] is not s or self.undo_stack[-1][3] is not s.fabric):
+            self.undo_stack.clear()  # everything older rests on a fabric that is gone too
         if not self.undo_stack:
             self.notify("nothing to undo", severity="warning")
             return
-        _session, labels, fabric, what = self.undo_stack.pop()
+        _session, labels, fabric, _after, what = self.undo_stack.pop()
         self.session.labels, self.session.fabric = labels, fabric
         self.post_message(SessionChanged(f"undone: {what}"))
 
@@ -251,8 +254,9 @@ class LabelsScreen(TableTools, ConsoleScreen):
 
         def answer(yes: bool | None) -> None:
             if yes:
-                self._remember("suggested network groups")
+                before = (self.session.labels, self.session.fabric)
                 self.session.labels, self.session.fabric = trial.labels, trial.fabric
+                self._remember(before, "suggested network groups")
                 self.post_message(SessionChanged(summary))
 
         self.app.push_screen(ConfirmDialog("Accept the suggested network groups?", body, yes="Accept"), answer)
@@ -284,7 +288,7 @@ class LabelsScreen(TableTools, ConsoleScreen):
             error.update(" ".join(str(exc).split()))
             return
         error.update("")
-        self.undo_stack.append((s, *before, f"labels on {_rows(len(rows))}"))
+        self._remember(before, f"labels on {_rows(len(rows))}")
         for field in LABEL_FIELDS:
             self.query_one(f"#set-{field}", Input).value = ""
         self.marked.clear()

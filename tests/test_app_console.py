@@ -340,6 +340,23 @@ async def test_undo_and_marks_do_not_reach_into_a_session_loaded_since(tmp_path)
         assert not screen.undo_stack
 
 
+async def test_undo_does_not_put_back_a_fabric_replaced_since():
+    """Edit a label, leave a device out (x) and solve: z brought the 64-device fabric back
+    under a 63-device solution, and the saved session did not load again."""
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3")
+        screen = app.screen
+        screen.query_one("#set-region", Input).value = "Ireland"
+        await pilot.click("#apply")
+        await pilot.pause()
+        app.session.leave_out(["oregon-0:0"])
+        screen.set_focus(None)
+        await pilot.press("z")
+        await pilot.pause()
+        assert app.session.fabric.n == 63 and not screen.undo_stack
+
+
 async def test_labels_filter_and_sort():
     app = demo_app()
     async with app.run_test(size=SIZE) as pilot:

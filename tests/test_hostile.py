@@ -301,7 +301,9 @@ SESSIONS = {
                               "solutions[0].created_at"),
     "elapsed negative": (lambda d: {**d, "solutions": [{**solution(), "elapsed_s": -5}]}, "solutions[0].elapsed_s"),
     "known_hosts with a line break": (lambda d: {**d, "known_hosts": "a\nb"}, "known_hosts: holds the control"),
-    "name with ESC": (lambda d: {**d, "name": "\x1b[31mred"}, "name: holds the control character"),
+    "name with ESC": (lambda d: {**d, "name": "\x1b[31mred"}, "name: holds the control or format character"),
+    "name with a right-to-left override": (lambda d: {**d, "name": "a\u202eb"}, "name: holds the control or format"),
+    "name with a line separator": (lambda d: {**d, "name": "a\u2028b"}, "name: holds the control or format"),
     "name of 5000 characters": (lambda d: {**d, "name": "n" * 5000}, "name: 5000 characters"),
     "solutions without a fabric": (lambda d: {**d, "fabric": None, "solutions": [solution()]}, "without the fabric"),
     "wrong format": (lambda d: {**d, "format": "other"}, "format"),
@@ -822,7 +824,7 @@ def test_probe_never_writes_over_its_own_inputs(tmp_path, target, flag, culprit)
 
 
 @pytest.mark.parametrize("extra, culprit", [
-    (["--region", "a,b"], "--region 'a,b'"), (["--zone", "z" * 64], "--zone"),
+    (["--region", "a,b"], "--region: may not hold ','"), (["--zone", "z" * 64], "--zone"),
     (["--network-group", "a\x1bb"], "--network-group"), (["--ssh-config", "FOLDER"], "is a folder"),
 ])
 def test_fleet_flags_are_checked_before_any_host_is_reached(tmp_path, extra, culprit):

@@ -317,3 +317,17 @@ def test_links_a_refresh_could_not_re_measure_are_not_called_ok(tmp_path):
     lines = [x for x in result.stdout.splitlines() if "not re-measured" in x]
     assert result.exit_code == 3 and lines, result.output
     assert all(x.startswith("  --    ") for x in lines), lines
+
+
+def test_a_refresh_may_write_the_fabric_it_refreshes(tmp_path):
+    """-o onto --refresh updates the fabric in place (atomic); the input checks for -o let it."""
+    from typer.testing import CliRunner
+
+    from geoconsole.cli import app
+
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    args = refresh_args(tmp_path, sampled_fabric(), "--known-hosts", str(known), "--connect-timeout", "2",
+                        "--host-timeout", "5", "-o", str(tmp_path / "fabric.json"))
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 3 and "is also the --refresh" not in result.output, result.output

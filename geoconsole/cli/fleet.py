@@ -58,13 +58,13 @@ def _report_accepted(pool) -> None:
 def _labels(region, zone, group) -> dict[str, Optional[str]]:
     """The location flags, checked as labels are where loaded (a probe wrote a fabric with
     --region a,b that no command could read back)."""
-    from geoconsole.labels import label_problem
+    from solver import names
 
     given = {"region": region, "zone": zone, "network_group": group}
     for field, value in given.items():
-        why = label_problem(field, value) if value is not None else None
+        why = names.label_problem(value) if value is not None else None
         if why:
-            raise UserError(f"--{field.replace('_', '-')} {str(value)[:80]!r}: {why}")
+            raise UserError(f"--{field.replace('_', '-')}: {why}")
     return given
 
 
@@ -182,7 +182,9 @@ def probe_command(
     inputs = [("--inventory", inventory), ("--ssh-config", ssh_config.expanduser()),
               ("--known-hosts", Path(known_hosts).expanduser()), ("--refresh", refresh), ("--solution", solution)]
     if out is not None:
-        check_not_input(out, inputs + [("--events", events)], error=lambda why: UserError(f"--out: {why}"))
+        # --refresh F -o F updates the fabric in place (an atomic write); the rest are inputs only
+        check_not_input(out, [i for i in inputs if i[0] != "--refresh"] + [("--events", events)],
+                        error=lambda why: UserError(f"--out: {why}"))
     if strategy is not None and strategy not in STRATEGIES:
         raise UserError(f"--strategy: expected one of {', '.join(STRATEGIES)}, got {strategy!r}")
     settings = ProbeSettings(
