@@ -311,6 +311,16 @@ async def test_label_edit_is_undone_and_the_cursor_stays_on_its_row():
         assert app.session.devices()[row].region == "Oregon"
 
 
+async def _relabel_the_cursor_row(app, pilot):
+    """On the Labels tab, set the cursor row's region to Ireland (an undoable edit)."""
+    await pilot.press("3")
+    screen = app.screen
+    screen.query_one("#set-region", Input).value = "Ireland"
+    await pilot.click("#apply")
+    await pilot.pause()
+    return screen
+
+
 async def test_undo_and_marks_do_not_reach_into_a_session_loaded_since(tmp_path):
     """z after loading another session put the earlier session's labels (even its fabric)
     into the loaded one, which ctrl+s then wrote over the loaded file; marks were rows of
@@ -321,11 +331,7 @@ async def test_undo_and_marks_do_not_reach_into_a_session_loaded_since(tmp_path)
     other.save(tmp_path / "other.json")
     app = demo_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("3")
-        screen = app.screen
-        screen.query_one("#set-region", Input).value = "Ireland"
-        await pilot.click("#apply")
-        await pilot.pause()
+        screen = await _relabel_the_cursor_row(app, pilot)
         await pilot.press("space")  # a mark on the earlier session's table
         assert screen.marked and len(screen.undo_stack) == 1
         app.replace_session(load_session(tmp_path / "other.json"))
@@ -345,11 +351,7 @@ async def test_undo_does_not_put_back_a_fabric_replaced_since():
     under a 63-device solution, and the saved session did not load again."""
     app = demo_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("3")
-        screen = app.screen
-        screen.query_one("#set-region", Input).value = "Ireland"
-        await pilot.click("#apply")
-        await pilot.pause()
+        screen = await _relabel_the_cursor_row(app, pilot)
         app.session.leave_out(["oregon-0:0"])
         screen.set_focus(None)
         await pilot.press("z")
