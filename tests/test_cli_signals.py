@@ -88,16 +88,33 @@ def test_two_signals_during_one_long_c_call_count_as_two(capfd):
     process (a thread of this one would wait for the GIL the C call holds)."""
     from geoconsole.cli.solve import _interruptible
 
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     with _interruptible() as state:
         tapper = subprocess.Popen(["sh", "-c", f"sleep 0.3; kill -INT {os.getpid()}; sleep 0.05; "
                                                f"kill -INT {os.getpid()}; echo sent"], stdout=subprocess.PIPE)
         time.sleep(0.1)
         while tapper.poll() is None:  # each call a second of C: both taps land inside one
             sum(range(10**8))
+    # stopped, the command is on its way out: further signals are ignored, not fatal
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    for s, handler in before.items():
+        signal.signal(s, handler)
     assert tapper.stdout.read() == b"sent\n"
     assert state["signals"] == 2 and state["stop"]
     assert "Ctrl-C again quits without it" in capfd.readouterr().err
     assert signal.set_wakeup_fd(-1) == -1  # the wakeup pipe was taken down again
+
+
+def test_a_second_sigterm_after_the_wind_down_still_exits_130(ww_path, tmp_path):
+    """The wind-down takes under 0.1 s: a second SIGTERM (a group kill, then a timeout's)
+    arriving after it found the default handler back and killed the process (-15)."""
+    record = tmp_path / "runs.jsonl"
+    proc = _solve(ww_path, "--time-limit", 300, "--workers", 2, "--record", record, start_new_session=True)
+    _wait_for_search(proc)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.06)  # about when the wind-down ends: during it the second only says so
+    proc.send_signal(signal.SIGTERM)
+    _printed_and_recorded(proc, record)
 
 
 @pytest.mark.slow

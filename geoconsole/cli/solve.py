@@ -75,7 +75,9 @@ def _interruptible():
         yield state
     finally:
         for signum, old in previous.items():
-            signal.signal(signum, old)
+            # once stopped, the process is on its way out with exit 130: a second SIGTERM
+            # a moment after the first (a group kill and a timeout) ended it as killed
+            signal.signal(signum, signal.SIG_IGN if state["stop"] else old)
         if wakeup is not None:
             signal.set_wakeup_fd(wakeup[2])
             os.close(wakeup[0])
