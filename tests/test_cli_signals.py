@@ -260,3 +260,16 @@ def test_a_closed_standard_output_leaves_no_free_descriptor_1():
     proc = subprocess.run(["bash", "-c", f"exec >&-; {sys.executable} -c \"$0\"", code], stderr=subprocess.PIPE,
                           text=True, timeout=60)
     assert proc.returncode == 0 and proc.stderr.strip() not in ("", "1"), proc.stderr
+
+
+def test_ctrl_c_while_the_command_is_still_importing_is_one_line():
+    """The console script takes about 0.3 s to import the command: Ctrl-C then ended in a
+    KeyboardInterrupt traceback through the imports."""
+    code = "import sys; sys.argv[0] = 'geoconsole'; from geoconsole.entry import main; main()"
+    proc = subprocess.Popen([sys.executable, "-c", code, "--headless", "demo", "--baseline-samples", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.12)  # past the interpreter's own start, inside the imports
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith(("error: interrupted", "interrupted: "))

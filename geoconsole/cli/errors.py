@@ -200,6 +200,9 @@ def cli_errors(func):
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        from geoconsole.entry import command_starts
+
+        command_starts()  # Ctrl-C from here on is this command's to handle
         if sys.stdout is None:
             close_stdout()
         if not isinstance(sys.stdout, (ClosedStdout, WatchedStdout)):

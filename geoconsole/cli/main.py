@@ -74,7 +74,9 @@ def root(
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
     from geoconsole.console import run_console  # textual: imported only for the console
+    from geoconsole.entry import command_starts
 
+    command_starts()
     raise typer.Exit(run_console(inventory=inventory, session=session))
 
 
