@@ -66,6 +66,9 @@ with warnings.catch_warnings():
 
 from solver.files import FileError, append_line, read_text
 
+#: Handshakes an SSHPool runs at once by default (sshd's MaxStartups starts refusing at 10).
+MAX_CONNECTING = 10
+
 # asyncssh logs every channel at INFO; the console shows its own one-line errors.
 logging.getLogger("asyncssh").setLevel(logging.WARNING)
 
@@ -265,7 +268,7 @@ class SSHPool:
         command_timeout: float = 60.0,
         keepalive_interval: float = 5.0,
         keepalive_count_max: int = 3,
-        max_connecting: int = 10,
+        max_connecting: int = MAX_CONNECTING,
         client_keys: Sequence[str] | None = None,
     ) -> None:
         self.known_hosts_path = Path(os.path.expanduser(str(known_hosts)))
@@ -276,6 +279,7 @@ class SSHPool:
         self.keepalive_count_max = keepalive_count_max
         self.client_keys = list(client_keys) if client_keys else None
         self.accepted: list[tuple[str, str, str]] = []
+        self.max_connecting = max_connecting
         self._connecting = asyncio.Semaphore(max_connecting)
         self._sessions: dict[str, HostSession] = {}
 

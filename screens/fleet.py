@@ -27,9 +27,6 @@ from screens.tabs import ScreenTabs
 from screens.dialogs import ConfirmDialog
 from solver.workload import DTFM_WORKLOAD
 
-#: Hosts that connect at once (the SSH pool's handshake limit); the rest show "queued".
-MAX_CONNECTING = 10
-
 STATE_STYLES = {
     "connected": "green", "connecting": "yellow", "queued": "yellow", "failed": "bold red",
     "new host key": "bold magenta", "not connected": "dim", "demo": "cyan",
@@ -243,15 +240,15 @@ class FleetScreen(TableTools, ConsoleScreen):
         options = {"accept_new": accept_new, "connect_timeout": self.connect_timeout_s}
         if known:
             options["known_hosts"] = known
-        pool = SSHPool(**options, max_connecting=MAX_CONNECTING)
-        gate = asyncio.Semaphore(MAX_CONNECTING)  # the pool's own limit, seen by the rows
+        pool = SSHPool(**options)
+        gate = asyncio.Semaphore(pool.max_connecting)  # the pool's own limit, seen by the rows
         try:
             await asyncio.gather(*(self._connect_one(pool, name, gate) for name in names))
         finally:
             await pool.close()
 
     async def _connect_one(self, pool: Any, name: str, gate: asyncio.Semaphore) -> None:
-        """One host: "queued" while MAX_CONNECTING others connect (40 hosts showed
+        """One host: "queued" while the pool's max_connecting others connect (40 hosts showed
         "connecting" at once and failed in waves of 10, each well after the timeout),
         "connecting" for its own handshake, then its outcome."""
         from probes.ssh import HostKeyError, SSHError

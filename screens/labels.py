@@ -218,7 +218,7 @@ class LabelsScreen(TableTools, ConsoleScreen):
         device left out, a sweep or a refresh, undo would put an older fabric (and labels)
         back under newer solutions (a session that then saved did not load again)."""
         s = self.session
-        while self.undo_stack and (self.undo_stack[-1][0] is not s or self.undo_stack[-1][3] is not s.fabric):
+        if self.undo_stack and (self.undo_stack[-1][0] is not s or self.undo_stack[-1][3] is not s.fabric):
             self.undo_stack.clear()  # everything older rests on a fabric that is gone too
         if not self.undo_stack:
             self.notify("nothing to undo", severity="warning")

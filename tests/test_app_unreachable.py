@@ -3,6 +3,7 @@ each row ends "failed" with its reason within the connect timeout, never "connec
 
 from __future__ import annotations
 
+import contextlib
 import socket
 
 from support import wait_until, demo_app
@@ -16,22 +17,30 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextlib.asynccontextmanager
+async def connecting_all(tmp_path, inventory_text: str):
+    """The console on an inventory of ``inventory_text``, its Fleet screen connecting
+    every host (c) with a 2 s connect timeout: ``(screen, pilot)``."""
+    inventory = tmp_path / "hosts.toml"
+    inventory.write_text(inventory_text)
+    app = demo_app(inventory=inventory)
+    app.session.known_hosts = str(tmp_path / "known_hosts")
+    async with app.run_test(size=(160, 40)) as pilot:
+        screen = app.screen
+        screen.connect_timeout_s = 2
+        await pilot.press("c")
+        yield screen, pilot
+
+
 async def test_each_unreachable_host_fails_with_its_reason(tmp_path):
     closed = free_port()
     with socket.socket() as mute:  # accepts TCP, never sends an SSH banner
         mute.bind(("127.0.0.1", 0))
         mute.listen(8)
-        inventory = tmp_path / "hosts.toml"
-        inventory.write_text(
-            '[[hosts]]\nname = "ghost"\naddress = "ghost.invalid"\n\n'
-            f'[[hosts]]\nname = "closed"\naddress = "127.0.0.1"\nport = {closed}\n\n'
-            f'[[hosts]]\nname = "mute"\naddress = "127.0.0.1"\nport = {mute.getsockname()[1]}\n')
-        app = demo_app(inventory=inventory)
-        app.session.known_hosts = str(tmp_path / "known_hosts")
-        async with app.run_test(size=(160, 40)) as pilot:
-            screen = app.screen
-            screen.connect_timeout_s = 2
-            await pilot.press("c")
+        async with connecting_all(tmp_path, '[[hosts]]\nname = "ghost"\naddress = "ghost.invalid"\n\n'
+                                  f'[[hosts]]\nname = "closed"\naddress = "127.0.0.1"\nport = {closed}\n\n'
+                                  f'[[hosts]]\nname = "mute"\naddress = "127.0.0.1"\n'
+                                  f'port = {mute.getsockname()[1]}\n') as (screen, pilot):
             rows = screen.fleet.rows
             await wait_until(lambda: all(r.state == "failed" for r in rows.values()), 20)
             assert rows["ghost"].error.startswith("name does not resolve: ghost.invalid")
@@ -61,9 +70,7 @@ async def test_a_known_hosts_folder_fails_every_host_with_one_line(tmp_path):
 async def test_hosts_past_the_handshake_limit_show_queued_not_connecting(tmp_path):
     """With 12 silent hosts all 12 showed "connecting" though 10 connect at once, so the
     last ones failed long after the timeout they seemed to be counting."""
-    import contextlib
-
-    from screens.fleet import MAX_CONNECTING
+    from probes.ssh import MAX_CONNECTING
 
     with contextlib.ExitStack() as stack:
         ports = []
@@ -72,15 +79,8 @@ async def test_hosts_past_the_handshake_limit_show_queued_not_connecting(tmp_pat
             mute.bind(("127.0.0.1", 0))
             mute.listen(4)
             ports.append(mute.getsockname()[1])
-        inventory = tmp_path / "hosts.toml"
-        inventory.write_text("".join(f'[[hosts]]\nname = "m{k}"\naddress = "127.0.0.1"\nport = {port}\n\n'
-                                     for k, port in enumerate(ports)))
-        app = demo_app(inventory=inventory)
-        app.session.known_hosts = str(tmp_path / "known_hosts")
-        async with app.run_test(size=(160, 40)) as pilot:
-            screen = app.screen
-            screen.connect_timeout_s = 2
-            await pilot.press("c")
+        async with connecting_all(tmp_path, "".join(f'[[hosts]]\nname = "m{k}"\naddress = "127.0.0.1"\n'
+                                                    f'port = {port}\n\n' for k, port in enumerate(ports))) as (screen, _):
             rows = screen.fleet.rows
             states = lambda: [r.state for r in rows.values()]  # noqa: E731
             await wait_until(lambda: states().count("connecting") == MAX_CONNECTING, 10)

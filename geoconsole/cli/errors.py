@@ -156,17 +156,15 @@ def silence_stdout() -> None:
 MAX_ERROR_CHARS = 600
 
 
-def settle_stdout() -> OSError | None:
+def settle_stdout() -> None:
     """Flush standard output now; where that fails (a full disk, a closed pipe) point it
     at /dev/null, so the interpreter's own flush at exit cannot fail later (a traceback-like
-    notice and exit status 120 in place of the command's), and return why."""
+    notice and exit status 120 in place of the command's)."""
     try:
         if sys.stdout is not None:
             sys.stdout.flush()
-    except OSError as exc:
+    except OSError:
         silence_stdout()
-        return exc
-    return None
 
 
 def fail(message: str, code: ExitCode = ExitCode.USAGE) -> "typer.Exit":

@@ -242,7 +242,7 @@ def _set_labels(fabric, save, matrix, host, gpu, changes) -> None:
         if not any(kh == named.get(h.lower()) and (gpu is None or kg == gpu) for kh, kg in known):
             what = f"{h}:{gpu}" if gpu is not None else h
             raise UserError(f"{matrix}: no device {what} in the fabric")
-    host = list(dict.fromkeys(named[h.lower()] for h in host))
+    host = [named[h.lower()] for h in host]  # the fabric's spelling (set_command made them distinct)
     labels = LabelSet.from_fabric(fabric)
     for field, value in changes.items():
         labels.set_many([(h, gpu) for h in host], field, value, "operator", replace_gpus=True)

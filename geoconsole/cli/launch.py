@@ -22,7 +22,8 @@ from geoconsole.solving import MAX_SEED
 
 from geoconsole.cli.options import (ACCEPT_NEW, C_DP, C_PP, DP_MSG, DP_OF_MAP, PP_MSG, PP_OF_MAP, GROUP_LOCALITY, INVENTORY, INVENTORY_REQUIRED, JSON_OUT, KNOWN_HOSTS, MATRIX,
                                     RANK_MAP, RECORD,
-                                    REGIONS, given_on_the_command_line, known_hosts_flag, load_fabric, path_option)
+                                    REGIONS, check_rank_map, given_on_the_command_line, known_hosts_flag, load_fabric,
+                                    path_option)
 
 MODE = typer.Option("torchrun", "--mode", help="torchrun (static rendezvous, one agent per GPU) or env (RANK, WORLD_SIZE, ... set directly).")
 BACKEND = typer.Option(None, "--backend", help="nccl, gloo or nccl+gloo: which *_SOCKET_IFNAME to set (default: nccl on GPUs, gloo on CPU hosts).")
@@ -356,9 +357,9 @@ def export_command(
 
         if not image:
             raise UserError("--format k8s: needs --image, the container image the ranks run in")
-        for given, value, problem in (("--image", image, image_problem), ("--job-name", job_name, name_problem)):
+        for option, value, problem in (("--image", image, image_problem), ("--job-name", job_name, name_problem)):
             if (why := problem(value)) is not None:
-                raise UserError(f"{given} {value[:80]!r}: {why}")
+                raise UserError(f"{option} {value[:80]!r}: {why}")
     fabric = load_fabric(matrix, devices=True)
     fabric, ranks = _solution(rank_map, fabric)
     inv, hosts = _inventory(inventory)
@@ -448,13 +449,8 @@ def validate_command(
         raise UserError(f"--rank-map: {len(solution)} ranks for {fabric.n} devices; give the solve --json "
                         "output (it names the selected rows) or --pp/--dp that use every device")
     fabric = prepared.fabric
-    if solution is not None:  # before any host is reached, as score and launch --dry-run check it
-        from solver.cost import grid_from_rank_map
-
-        try:
-            grid_from_rank_map(solution, workload.d_pp, workload.d_dp)
-        except ValueError as exc:
-            raise UserError(f"--rank-map: {exc}") from None
+    if solution is not None:  # before any host is reached, as score checks it
+        check_rank_map(solution, workload)
     inv, hosts = _inventory(inventory)
     hosts = _hosts_for(fabric, hosts, True, inventory)
     known_hosts = str(known_hosts_flag(known_hosts))

@@ -100,6 +100,18 @@ def load_fabric(path: Path, *, devices: bool = False):
     return fabric
 
 
+def check_rank_map(ranks, workload) -> None:
+    """UserError ``--rank-map: ...`` unless ``ranks`` is a rank map of ``workload``'s
+    shape (a permutation of its ranks): score and validate check it before their work."""
+    from geoconsole.cli.errors import UserError
+    from solver.cost import grid_from_rank_map
+
+    try:
+        grid_from_rank_map(ranks, workload.d_pp, workload.d_dp)
+    except ValueError as exc:
+        raise UserError(f"--rank-map: {exc}") from None
+
+
 def given_on_the_command_line(ctx: typer.Context) -> set[str]:
     """The command's parameters set on its command line (a default typed in too): options
     a command would not use are refused, not dropped."""

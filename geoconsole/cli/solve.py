@@ -22,7 +22,7 @@ from geoconsole.cli.exitcodes import ExitCode
 
 from geoconsole.cli.options import (C_DP, C_PP, DP, DP_MSG, ESTIMATE, FILL_MISSING, GROUP_LOCALITY,
                                     JSON_OUT, LEARN, MATRIX, PP, PP_MSG, RANK_MAP, RECORD, REGIONS,
-                                    DP_OF_MAP, PP_OF_MAP, load_fabric)
+                                    DP_OF_MAP, PP_OF_MAP, check_rank_map, load_fabric)
 from geoconsole.prepare import workload_for
 from geoconsole.solving import MAX_BASELINE_SAMPLES, MAX_RESTARTS, MAX_SEED, MAX_TIME_LIMIT_S, MIN_TIME_LIMIT_S
 
@@ -307,7 +307,6 @@ def score_command(
     as_json: bool = JSON_OUT,
 ) -> None:
     """Score a given rank map on a fabric, as launched (to compare placements)."""
-    from solver.cost import grid_from_rank_map
 
     from geoconsole.report import format_rank_map, format_score, score_json
 
@@ -320,10 +319,7 @@ def score_command(
     pp, dp = shape_for(doc, shown(rank_map), pp, dp)  # a solve --json document: its shape
     workload = workload_for(fabric.n, str(fabric.source), pp, dp, c_pp, c_dp, pp_messages, dp_messages)
     model = cost_model(fabric, workload)
-    try:
-        grid_from_rank_map(ranks, workload.d_pp, workload.d_dp)
-    except ValueError as exc:
-        raise UserError(f"--rank-map: {exc}") from None
+    check_rank_map(ranks, workload)
     doc = score_json(fabric, model.score_rank_map(ranks))
     # echoed, not _emit()ted: a failed write is the command's failure (cli_errors: exit 1)
     typer.echo(json.dumps(doc, indent=1) if as_json else "\n".join(format_score(doc) + [format_rank_map(doc["rank_map"])]))
