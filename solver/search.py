@@ -13,6 +13,8 @@ it is given; otherwise it reports a lower bound beside its answer (solver.bounds
    each; up to solver.blocks.BLOCK_MAX_N devices). Each is polished (exact
    matchings and best pipeline order); they are descended best first (solver.descent);
    a start more than SKIP_START_RATIO worse than the best so far is not descended.
+   Beside them, the structure starts (solver.structures): layouts of a few runs of
+   stage groups with equal class counts, chosen on a coarse model and dealt.
 3. Anytime rounds (solver.workers, solver.anytime, solver.tempering): ``workers``
    processes each continue a parallel-tempering ladder into which the best placement
    known is injected, in rounds; each round ends with a descent of the worker's best
@@ -59,6 +61,7 @@ from solver.blocks import best_block
 from solver import native
 from solver.cost import CostModel, Score, rank_map_from_grid
 from solver.descent import descend, polish
+from solver.structures import structure_starts
 from solver.enumerate import optimal_grid
 from solver.workers import Outcome, Rounds, WorkerPool, available_cores
 
@@ -67,6 +70,10 @@ from solver.workers import Outcome, Rounds, WorkerPool, available_cores
 SKIP_START_RATIO = 1.25
 #: Block starts (solver.blocks) beside the two plain layouts of each order.
 BLOCK_STARTS = True
+#: Structure starts (solver.structures) after the topology starts.
+STRUCTURE_STARTS = True
+#: Origin ladders take the structure starts first (``_origins``).
+STRUCTURE_ORIGINS_FIRST = True
 
 #: A second worker is handed the other layout's best start when that is at most this
 #: much worse than the best start (solver.search._firsts; a lineage keeps it only as its
@@ -209,7 +216,8 @@ def _starts(model: CostModel, extra, stop: Callable[[], bool] = lambda: False) -
     layout of the compositions scored so far, or none)."""
     r, p = model.workload.d_dp, model.workload.d_pp
     starts = []
-    for name, o in _orders(model, extra):
+    orders = _orders(model, extra)
+    for name, o in orders:
         starts.append((f"{name}: pipelines local", o.reshape(r, p)))
         starts.append((f"{name}: stage groups local", o.reshape(p, r).T))
         if BLOCK_STARTS:
@@ -217,15 +225,28 @@ def _starts(model: CostModel, extra, stop: Callable[[], bool] = lambda: False) -
             if found is not None:
                 parts, grid = found
                 starts.append((f"{name}: blocks {'+'.join(map(str, parts))}", grid))
+    if STRUCTURE_STARTS:
+        starts += structure_starts(model, orders[0][1], stop=stop)
     return starts
 
 
 def _origins(model: CostModel, starts: list[tuple[str, np.ndarray]]) -> tuple[np.ndarray, ...]:
-    """The topology starts as laid out (not polished), lowest Comm first (ties in list
-    order), each once: where origin ladders begin (solver.anytime.origin_ladder). O(S N
-    D_DP) for S starts."""
+    """The starts as laid out (not polished), each once: where origin ladders begin
+    (solver.anytime.origin_ladder). The structure starts come first, in their own order
+    (lowest coarse cost first; STRUCTURE_ORIGINS_FIRST), the others by Comm, lowest
+    first (ties in list order). O(S N D_DP) for S starts.
+
+    Why the structure starts first: on the draw-1 96-GPU 12 x 8 suite instance, ladders
+    from the first of them end in the 38.5 s basin and those from its second and third
+    at 39.2-39.6 s (solver.structures), while their dealt Comm does not tell them apart
+    (95.7, 102.9 and 102.2 s; the clustering order's pipelines-local layout, 61.2 s,
+    came first by Comm). Measured at ``--time-limit 10``, 2 workers, seeds 0-4, one
+    session: 38.784 s (two seeds at 39.16-39.18 s) -> 38.570 s (38.48-38.77 s); seeds
+    5-9 with them first 38.53-39.21 s."""
     unique: dict[bytes, np.ndarray] = {}
-    for _, grid in sorted(starts, key=lambda s: model.score_grid(s[1]).comm):
+    first = [s for s in starts if _structure(s[0])] if STRUCTURE_ORIGINS_FIRST else []
+    rest = sorted((s for s in starts if not any(s is f for f in first)), key=lambda s: model.score_grid(s[1]).comm)
+    for _, grid in first + rest:
         g = np.ascontiguousarray(grid)
         unique.setdefault(g.tobytes(), g)
     return tuple(unique.values())
@@ -402,6 +423,11 @@ def _starts_phase(run: _Run, model: CostModel, rng, starts: list[tuple[str, np.n
         state = descend(model, grid, rng, effort, offer)
         results[k] = (float(state.score), k, name, state.grid.copy())
     run.other_start = _other_layout(list(results.values()))
+
+
+def _structure(name: str) -> bool:
+    """Whether a start is a structure start (solver.structures), by its name."""
+    return name.startswith("structure:")
 
 
 def first_descent_swaps(n: int) -> int:

@@ -349,24 +349,35 @@ def test_under_a_time_limit_the_starts_are_polished_only_while_their_phase_lasts
     assert len(polished) >= len(search._starts(model, orders))
 
 
-def test_origins_are_the_topology_starts_lowest_comm_first_each_once_and_reach_every_worker(monkeypatch):
-    """solve hands the workers its topology starts as laid out, lowest Comm first, each
-    grid once (an extra order equal to another start's gives no second copy); worker w
-    gets them turned to begin at place w (solver.workers._one_walk), for its origin
-    ladders (solver.anytime.origin_ladder)."""
+def test_origins_are_the_starts_structures_first_then_lowest_comm_each_once_and_reach_every_worker(monkeypatch):
+    """solve hands the workers its starts as laid out: the structure starts first in their
+    own order, then the others lowest Comm first, each grid once (an extra order equal to
+    another start's gives no second copy); worker w gets them turned to begin at place w
+    (solver.workers._one_walk), for its origin ladders (solver.anytime.origin_ladder)."""
     import solver.workers as workers
 
     rng = np.random.default_rng(5)
     model = random_model(rng, 4, 6, clustered=True)
     orders = [rng.permutation(model.n)]
     orders.append(orders[0].copy())  # the same start twice
+    dealt = [rng.permutation(model.n).reshape(6, 4) for _ in range(2)]  # two structure starts, dear first
+    dealt.sort(key=lambda g: -model.score_grid(g).comm)
+    monkeypatch.setattr(search, "structure_starts", lambda model_, order, stop=None: [
+        (f"structure: runs {k}+{4 - k}", g) for k, g in enumerate(dealt, 1)])
     starts = search._starts(model, orders)
+    structures = [g for name, g in starts if name.startswith("structure: runs ")]
+    assert len(structures) == 2
     origins = search._origins(model, starts)
     distinct = {np.ascontiguousarray(g).tobytes() for _, g in starts}
     assert len(origins) == len(distinct) < len(starts)
     assert {g.tobytes() for g in origins} == distinct
-    comms = [model.score_grid(g).comm for g in origins]
+    assert [g.tobytes() for g in origins[:len(structures)]] == [np.ascontiguousarray(g).tobytes() for g in structures]
+    comms = [model.score_grid(g).comm for g in origins[len(structures):]]
     assert comms == sorted(comms)
+    monkeypatch.setattr(search, "STRUCTURE_ORIGINS_FIRST", False)
+    comms = [model.score_grid(g).comm for g in search._origins(model, starts)]
+    assert comms == sorted(comms)
+    monkeypatch.setattr(search, "STRUCTURE_ORIGINS_FIRST", True)
 
     planned = []
     monkeypatch.setattr(search, "_rounds_phase", lambda run, model_, pool, plan: planned.append(plan) or [])

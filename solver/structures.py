@@ -1,0 +1,391 @@
+"""Structure starts: the run structure of a layout chosen first, on a coarse model, then dealt.
+
+Classes. A fabric whose coarse levels are all noise (no cut with its cheapest link
+across at least CLEAR_CUT times the dearest inside: links drawn at random) gets no
+structure starts. Devices fall into ``m`` classes: the components of the finest coarse
+level (solver.rebalance.levels: zones, say), with every dear host (solver.exclusion.dear: a
+host with a slow NIC) a class of its own. ``z_c`` devices are in class ``c``.
+
+Coarse model. A stage group is described by its class vector ``v`` (``v_c`` devices of
+class ``c``, ``sum_c v_c = D_DP``). With ``A[c, c']`` the mean ``T_dp`` between devices of
+two classes (distinct devices inside one) and ``P[c, c']`` a typical ``T_pp`` (the median
+across two classes, the 90th percentile inside one)::
+
+    D(v)     = max_{c: v_c > 0} (sum_c' v_c' A[c, c'] - A[c, c])   the group's DataP
+    I(v)     = max_{c: v_c > 0} P[c, c]                             an edge inside a run
+    B(v, w)  = least theta with a transport plan from v to w over     an edge between runs
+               class pairs with P <= theta (Hall's condition over the 2^m class subsets)
+
+A *structure* is a sequence of runs ``(v_1, L_1) .. (v_q, L_q)`` with ``sum_j L_j v_j = z``
+and ``sum_j L_j = D_PP``; its coarse cost is the DT-FM cost of such a layout::
+
+    cost = max_j D(v_j) + 2 (sum_j (L_j - 1) I(v_j) + sum_j B(v_j, v_{j+1}))
+
+Why. On hierarchical fabrics the best layouts keep every pipeline inside one zone along
+a run of stage groups with equal class vectors and pay a few dear edges between runs;
+which runs, and which mixes of regions they hold, decides the basin, and local moves
+(device swaps, segment rebalancing, the tempering ladder) rarely change every group's
+mix at once. On the draw-1 96-GPU 12 x 8 suite instance the layouts of the 38.5 s basin
+have the runs ``4 x (0,2,2,4,0,0), 1 x (1,2,5,0,0,0), 4 x (2,5,0,0,0,1), 3 x
+(3,3,0,0,2,0)``, those of the 40 s basin five runs; the coarse costs rank them 48.06
+against 51.81, and that structure is the coarse optimum. Dealt onto the grid and
+descended (41-42 s), a ladder of 200 000 steps from it reached 38.7-39.0 s on four
+streams, where the same ladder from the 40 s basin's structures stayed at 40.0-40.5 s.
+
+Enumeration (``best_structures``). Vectors are generated class by class with their
+partial ``D`` (which only grows as classes are added) at most a cap, the cap raised
+until VECTOR_MOST vectors are reached, and the VECTOR_MOST lowest kept. *Terms* ``(v,
+L)`` with ``L v <= z``; structures of 1-4 runs are found by meet-in-the-middle on the
+terms' sums (an integer key of the summed vector and length): pairs of terms are
+tabulated (at most PAIR_MOST, else the vectors are halved), and a structure of three
+(four) runs is a term (pair) whose key complements a pair's. Each structure's runs are
+ordered by trying every order (at most 12) with the floors ``B`` of its vector pairs.
+Cost ``O(V m)`` for the vectors, ``O(T^2 m)`` for the pairs (T terms, about 2.5 V at 8
+stages), ``O(P log P)`` for the joins, ``O(S 2^m m)`` for the floors of S structures.
+
+Deal (``deal``). The groups of a structure, in pipeline order, take their ``v_c``
+devices of each class from that class's devices in label order (hosts together), so a
+host's devices share groups and neighbouring groups of a run get neighbouring hosts.
+The starts phase polishes and descends the dealt grids like the topology starts
+(solver.search); the rounds' ladders take them from there.
+
+What it does not reach. On the draw-1 192-GPU 8 x 24 suite instance the coarse optimum
+(47.62: runs of 4, 2, 1 and 1 groups, every group mixing regions, coarse DataP 19.08)
+needs vectors up to the 3 250th by coarse DataP: the layouts that keep the three
+slow-NIC hosts out of most groups pay for it with region mixes in every group. Its
+enumeration takes 5-9 s (20 million pairs of terms); dealt, descended and given
+200 000 ladder steps it reached 39.85-40.68 s, and as a given start of 10 s runs
+39.46-40.01 s (seeds 0-4; 40.0-45.6 s without). With the VECTOR_MOST vectors of lowest
+coarse DataP the best structure there (53.63) leads to 44-45 s, and on the draw-0
+instance the cheapest structures of that kind descended to 42.2 s where a block start
+reaches 41.8 s, and some 10 s runs from them ended at 39.8-40.4 s where every run without
+them reached 36.4-36.7 s. So a fabric with more than COVER times VECTOR_MOST vectors in
+all (192 GPUs as 8 x 24: 7 047-267 750 on the suite's draws; at most 1 675 on the
+smaller instances) gets no structure starts.
+"""
+
+from __future__ import annotations
+
+from itertools import permutations
+from typing import Callable
+
+import numpy as np
+
+#: Largest fabric given structure starts: finding the classes took 0.1 s at 1 024 GPUs
+#: and 4.8 s at 4 096 (and no fabric that large had few enough vectors).
+STRUCTURE_MAX_N = 1024
+#: No structure starts unless some coarse level's cut is this clear (``clear_cut``): on
+#: the suite's fabrics the clearest cut is 1.4-9.6, on eight fabrics of links drawn at
+#: random (32 and 64 GPUs) 1.02-1.09, where the levels are noise.
+CLEAR_CUT = 1.25
+#: Most classes (zones and dear hosts); the floors test 2^m class subsets.
+CLASS_MOST = 10
+#: Vectors kept, lowest coarse DataP first.
+VECTOR_MOST = 400
+#: No structure starts when there are more than this many times VECTOR_MOST vectors in
+#: all: the kept ones then miss the structures that matter (module text).
+COVER = 10
+#: Most partial vectors (the first classes' counts) held while the vectors are built.
+PARTIAL_MOST = 400_000
+#: Most pairs of terms tabulated; past it the vectors are halved.
+PAIR_MOST = 3_000_000
+#: Most structures of three (of four) runs priced: the terms (pairs) are joined lowest
+#: coarse DataP first until their matches reach it.
+JOIN_MOST = 300_000
+#: Structures priced at a time, lowest floor (coarse DataP and inside edges) first.
+PRICE_CHUNK = 4096
+#: Structures dealt into starts, lowest coarse cost first.
+STRUCTURE_STARTS = 3
+#: Percentile of T_pp taken as the typical link inside a class.
+INSIDE_PERCENTILE = 90
+
+
+def clear_cut(model) -> float:
+    """The clearest of the coarse levels' cuts (solver.rebalance.levels): the largest
+    ratio of the cheapest tree link across a level's cut to the dearest link inside its
+    components (1.0 when there is no level). O(N^2) for the tree, O(N) a level."""
+    from solver.rebalance import LEVELS, MAX_COMPONENTS
+    from solver.spanning import spanning_tree
+
+    tree = spanning_tree(model)
+    weights = np.sort(tree.weights)
+    best, seen = 1.0, set()
+    for t in tree.thresholds():  # fewest components first, as levels() walks them
+        m, labels = tree.components(float(t))
+        if m > MAX_COMPONENTS or len(seen) >= LEVELS:
+            break
+        if m >= 2 and labels.tobytes() not in seen:
+            seen.add(labels.tobytes())
+            inside = weights[weights < t]
+            if len(inside) and inside[-1] > 0:
+                best = max(best, float(t / inside[-1]))
+    return best
+
+
+def classes(model) -> np.ndarray | None:
+    """Class of each device (module text), None when the fabric has no coarse level or
+    more than CLASS_MOST classes. O(N^2)."""
+    from solver.exclusion import dear
+    from solver.rebalance import fine_level, levels
+
+    lv = levels(model)
+    if not lv:
+        return None
+    lab = lv[-1].copy()
+    hosts = fine_level(model)
+    if hosts is not None:
+        slow = dear(model, hosts, lv)
+        nxt = int(lab.max()) + 1
+        for h in np.unique(hosts[slow]):
+            lab[hosts == h] = nxt
+            nxt += 1
+    _, lab = np.unique(lab, return_inverse=True)
+    m = int(lab.max()) + 1
+    return lab.astype(np.int64) if 2 <= m <= CLASS_MOST else None
+
+
+class Coarse:
+    """The coarse model of one fabric's classes (module text)."""
+
+    def __init__(self, model, lab: np.ndarray) -> None:
+        m = int(lab.max()) + 1
+        self.m, self.lab = m, lab
+        self.z = np.bincount(lab, minlength=m).astype(np.int64)
+        a, p = np.zeros((m, m)), np.zeros((m, m))
+        for c in range(m):
+            for d in range(m):
+                rows, cols = lab == c, lab == d
+                tdp, tpp = model.t_dp[np.ix_(rows, cols)], model.t_pp[np.ix_(rows, cols)]
+                if c == d:
+                    k = int(rows.sum())
+                    off = ~np.eye(k, dtype=bool)
+                    a[c, c] = tdp[off].mean() if k > 1 else 0.0
+                    p[c, c] = np.percentile(tpp[off], INSIDE_PERCENTILE) if k > 1 else 0.0
+                else:
+                    a[c, d], p[c, d] = tdp.mean(), np.median(tpp)
+        self.a, self.p = a, p
+        self.subsets = ((np.arange(1, 1 << m)[:, None] >> np.arange(m)) & 1).astype(np.int64)
+        self.levels = np.unique(p)
+        self.reach = np.stack([(self.subsets @ (p <= t).astype(np.int64) > 0).astype(np.int64)
+                               for t in self.levels])
+
+    def data_p(self, vecs: np.ndarray) -> np.ndarray:
+        """``D(v)`` of each row. O(V m^2)."""
+        cost = vecs @ self.a.T - np.diag(self.a)[None, :]
+        return np.where(vecs > 0, cost, -np.inf).max(axis=1)
+
+    def inside(self, vecs: np.ndarray) -> np.ndarray:
+        """``I(v)`` of each row. O(V m)."""
+        return np.where(vecs > 0, np.diag(self.p)[None, :], -np.inf).max(axis=1)
+
+    def between(self, v: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """``B(v_i, w_i)`` for each row pair: the least level at which Hall's condition
+        holds. O(n 2^m m) per level tried."""
+        need = v @ self.subsets.T
+        out = np.full(len(v), self.levels[-1])
+        todo = np.arange(len(v))
+        for k, t in enumerate(self.levels):
+            ok = (need[todo] <= w[todo] @ self.reach[k].T).all(axis=1)
+            out[todo[ok]] = t
+            todo = todo[~ok]
+            if not len(todo):
+                break
+        return out
+
+
+class Stopped(Exception):
+    """The caller's ``stop()`` turned true during the enumeration."""
+
+
+def _capped(z: np.ndarray, r: int, a: np.ndarray, cap: float, limit: int) -> np.ndarray | None:
+    """Every ``0 <= v <= z`` with ``sum v = r`` and ``D(v) <= cap``, class by class (the
+    partial D only grows); None past ``limit`` rows, or past PARTIAL_MOST partial rows
+    on the way (the counts of the first classes can outnumber the whole vectors)."""
+    m = len(z)
+    cur = np.zeros((1, 0), dtype=np.int64)
+    after = np.concatenate([np.cumsum(z[::-1])[::-1][1:], [0]])  # room in the classes after c
+    for c in range(m):
+        used = cur.sum(axis=1)
+        parts = []
+        for k in range(int(min(z[c], r)) + 1):
+            ok = (used + k <= r) & (used + k + after[c] >= r)
+            if ok.any():
+                parts.append(np.hstack([cur[ok], np.full((int(ok.sum()), 1), k, dtype=np.int64)]))
+        cur = np.vstack(parts) if parts else np.zeros((0, c + 1), dtype=np.int64)
+        sub = a[:c + 1, :c + 1]
+        partial = np.where(cur > 0, cur @ sub.T - np.diag(sub)[None, :], -np.inf).max(axis=1)
+        cur = cur[partial <= cap]
+        if len(cur) > max(limit, PARTIAL_MOST):
+            return None
+    return cur if len(cur) <= limit else None
+
+
+def vectors(coarse: Coarse, r: int, most: int = VECTOR_MOST) -> np.ndarray | None:
+    """The ``most`` class vectors of lowest ``D`` (all when there are fewer), lowest
+    first; None when there are more than COVER times ``most`` in all (module text,
+    "What it does not reach"). O(V m^2)."""
+    found = _capped(coarse.z, r, coarse.a, np.inf, COVER * most)
+    if found is None:
+        return None
+    return found[np.argsort(coarse.data_p(found), kind="stable")[:most]]
+
+
+def _pairs(tv, tl, ti, z, p, limit, stop):
+    """Pairs of terms ``a < b`` of distinct vectors whose sums fit ``z`` and ``p``.
+    OverflowError past ``limit``; Stopped when ``stop()`` (tested every 128 terms)."""
+    t = len(tl)
+    left, right, count = [], [], 0
+    for a0 in range(0, t, 128):
+        if stop():
+            raise Stopped
+        a = np.arange(a0, min(t, a0 + 128))
+        ok = (tl[None, :] + tl[a][:, None] <= p) & (np.arange(t)[None, :] > a[:, None]) & \
+             (ti[None, :] != ti[a][:, None])
+        aa, bb = np.nonzero(ok)
+        aa = a[aa]
+        fit = (tv[aa] + tv[bb] <= z).all(axis=1)
+        left.append(aa[fit])
+        right.append(bb[fit])
+        count += int(fit.sum())
+        if count > limit:
+            raise OverflowError
+    empty = np.zeros(0, dtype=np.int64)
+    return (np.concatenate(left), np.concatenate(right)) if left else (empty, empty)
+
+
+def _complements(keys: np.ndarray, rank: np.ndarray, sorted_keys: np.ndarray, order: np.ndarray,
+                 zkey: int, most: int):
+    """Every ``(i, j)`` with ``keys[i]`` plus the key of pair ``j`` equal to ``zkey``; the
+    rows ``i`` are taken in ascending ``rank`` while their matches total at most ``most``
+    (the first row always)."""
+    lo = np.searchsorted(sorted_keys, zkey - keys, "left")
+    hi = np.searchsorted(sorted_keys, zkey - keys, "right")
+    rows = np.argsort(rank, kind="stable")
+    rows = rows[hi[rows] > lo[rows]]
+    total = np.cumsum(hi[rows] - lo[rows])
+    rows = rows[: max(1, int(np.searchsorted(total, most, "right")))] if len(rows) else rows
+    n = hi[rows] - lo[rows]
+    i = np.repeat(rows, n)
+    offset = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+    return i, order[np.repeat(lo[rows], n) + offset]
+
+
+def best_structures(coarse: Coarse, vecs: np.ndarray, d_pp: int, most: int,
+                    pair_most: int = PAIR_MOST, join_most: int = JOIN_MOST,
+                    stop: Callable[[], bool] = lambda: False,
+                    ) -> list[tuple[float, list[tuple[np.ndarray, int]]]]:
+    """The ``most`` structures of 1-4 runs of lowest coarse cost over ``vecs``, runs in
+    their best order: ``[(cost, [(v, L), ...]), ...]``, lowest first (module text).
+    OverflowError past ``pair_most`` pairs of terms; Stopped when ``stop()`` turns true."""
+    z, p, m = coarse.z, d_pp, coarse.m
+    values, inside = coarse.data_p(vecs), coarse.inside(vecs)
+    nv = len(vecs)
+    if not nv:
+        return []
+    room = np.where(vecs > 0, z[None, :] // np.maximum(vecs, 1), p).min(axis=1)
+    room = np.minimum(room, p)
+    ti = np.repeat(np.arange(nv), room)
+    tl = np.concatenate([np.arange(1, k + 1) for k in room]).astype(np.int64)
+    tv = vecs[ti] * tl[:, None]
+    place = np.concatenate([[1], np.cumprod(z + 1)]).astype(np.int64)  # mixed radix: counts, then L
+    tkey = tv @ place[:m] + tl * place[m]
+    zkey = int(z @ place[:m] + p * place[m])
+    pa, pb = _pairs(tv, tl, ti, z, p, pair_most, stop)
+    pkey = tkey[pa] + tkey[pb]
+    order = np.argsort(pkey, kind="stable")
+    sorted_keys = pkey[order]
+    found = [np.flatnonzero(tkey == zkey)[:, None],
+             np.stack([pa[pkey == zkey], pb[pkey == zkey]], axis=1)]
+    i, j = _complements(tkey, values[ti], sorted_keys, order, zkey, join_most)  # a term and a pair
+    found.append(np.stack([i, pa[j], pb[j]], axis=1))
+    short = np.flatnonzero(tl[pa] + tl[pb] <= p - 2)  # four runs: a pair and a pair
+    rank = np.maximum(values[ti[pa[short]]], values[ti[pb[short]]])
+    i, j = _complements(pkey[short], rank, sorted_keys, order, zkey, join_most)
+    found.append(np.stack([pa[short[i]], pb[short[i]], pa[j], pb[j]], axis=1))
+    out: list[tuple[float, list[tuple[np.ndarray, int]]]] = []
+    floors: dict[int, float] = {}
+    cross = float(coarse.p[~np.eye(m, dtype=bool)].min())  # every edge between runs costs this
+    for ids in found:
+        if not len(ids):
+            continue
+        ids = np.unique(np.sort(ids, axis=1), axis=0)
+        vi = ti[ids]
+        q = ids.shape[1]
+        distinct = (np.diff(np.sort(vi, axis=1), axis=1) != 0).all(axis=1)
+        ids, vi = ids[distinct], vi[distinct]
+        orders = [o for o in permutations(range(q)) if q == 1 or o[0] < o[-1]]
+        part = values[vi].max(axis=1) + 2.0 * ((tl[ids] - 1) * inside[vi]).sum(axis=1)
+        by = np.argsort(part, kind="stable")
+        for at in range(0, len(by), PRICE_CHUNK):  # lowest floors first, until none can enter
+            if stop():
+                raise Stopped
+            rows = by[at:at + PRICE_CHUNK]
+            if len(out) >= most and part[rows[0]] + 2.0 * (q - 1) * cross >= out[most - 1][0]:
+                break
+            edge = np.zeros((len(rows), len(orders)))
+            if q > 1:
+                v = vi[rows]
+                lo, hi = np.minimum(v[:, :, None], v[:, None, :]), np.maximum(v[:, :, None], v[:, None, :])
+                keys = np.unique((lo * nv + hi)[:, ~np.eye(q, dtype=bool)])
+                new = np.array([k for k in keys.tolist() if k not in floors], dtype=np.int64)
+                if len(new):
+                    floors.update(zip(new.tolist(), coarse.between(vecs[new // nv], vecs[new % nv]).tolist()))
+                floor = np.array([floors[k] for k in keys.tolist()])
+
+                def b(x, y):
+                    return floor[np.searchsorted(keys, np.minimum(x, y) * nv + np.maximum(x, y))]
+
+                for k, o in enumerate(orders):
+                    edge[:, k] = sum(b(v[:, o[s]], v[:, o[s + 1]]) for s in range(q - 1))
+            best = edge.argmin(axis=1)
+            cost = part[rows] + 2.0 * edge[np.arange(len(rows)), best]
+            for r in np.argsort(cost, kind="stable")[:most]:
+                o, row = orders[best[r]], rows[r]
+                out.append((float(cost[r]), [(vecs[vi[row, s]], int(tl[ids[row, s]])) for s in o]))
+            out.sort(key=lambda f: f[0])
+            del out[most:]
+    out.sort(key=lambda s: s[0])
+    return out[:most]
+
+
+def deal(lab: np.ndarray, order: np.ndarray, runs: list[tuple[np.ndarray, int]]) -> np.ndarray:
+    """The ``(D_DP, D_PP)`` grid of a structure (module text). O(N)."""
+    pools = [[d for d in order.tolist() if lab[d] == c] for c in range(int(lab.max()) + 1)]
+    taken = [0] * len(pools)
+    cols = []
+    for v, length in runs:
+        for _ in range(length):
+            col = []
+            for c, k in enumerate(v.tolist()):
+                col += pools[c][taken[c]:taken[c] + k]
+                taken[c] += k
+            cols.append(col)
+    return np.array(cols, dtype=np.int64).T
+
+
+def structure_starts(model, order: np.ndarray, most: int = STRUCTURE_STARTS,
+                     stop: Callable[[], bool] = lambda: False) -> list[tuple[str, np.ndarray]]:
+    """Up to ``most`` dealt structures, lowest coarse cost first, named by their run
+    lengths (``structure: runs 4+1+4+3``); none above STRUCTURE_MAX_N devices, when no
+    coarse level is a clear cut (CLEAR_CUT), when the fabric has no classes or too many
+    vectors (COVER), or when ``stop()`` turns true first. ``order``: the devices in label order."""
+    w = model.workload
+    if w.d_pp < 2 or w.d_dp < 2 or model.n > STRUCTURE_MAX_N or stop() or clear_cut(model) < CLEAR_CUT:
+        return []
+    lab = classes(model)
+    if lab is None:
+        return []
+    coarse = Coarse(model, lab)
+    vecs = vectors(coarse, w.d_dp)
+    if vecs is None:
+        return []
+    while True:
+        try:
+            found = best_structures(coarse, vecs, w.d_pp, most, stop=stop)
+            break
+        except OverflowError:
+            vecs = vecs[: len(vecs) // 2]
+        except Stopped:
+            return []
+    return [(f"structure: runs {'+'.join(str(length) for _, length in runs)}", deal(lab, order, runs))
+            for _, runs in found]

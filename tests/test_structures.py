@@ -1,0 +1,157 @@
+"""Structure starts: run structures chosen on the coarse model, checked against brute force."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import maximum_bipartite_matching
+
+from solver import structures
+from solver.cost import CostModel
+from solver.structures import Coarse, best_structures, classes, deal, structure_starts, vectors
+from solver.workload import Workload
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from hierarchical import suite_instance  # noqa: E402
+
+
+def _sites(sizes, d_pp, d_dp, seed=0):
+    """Sites of ``sizes`` devices in two regions (the first half of the sites, the rest);
+    links inside a site cheap, across sites of a region dearer, across regions dearest."""
+    rng = np.random.default_rng(seed)
+    site = np.repeat(np.arange(len(sizes)), sizes)
+    region = (site >= len(sizes) // 2).astype(int)
+    n = len(site)
+    mats = []
+    for inside, near, far in ((0.1, 1.0, 4.0), (0.05, 0.5, 3.0)):
+        t = np.where(site[:, None] == site[None, :], inside,
+                     np.where(region[:, None] == region[None, :], near, far))
+        t = t * rng.uniform(0.9, 1.1, (n, n))
+        t = (t + t.T) / 2
+        np.fill_diagonal(t, 0)
+        mats.append(t)
+    return CostModel(mats[0], mats[1], Workload(d_pp, d_dp, 1.0, 1.0)), site
+
+
+def _cost(coarse: Coarse, runs) -> float:
+    """The coarse cost of runs in the order given (module text of solver.structures)."""
+    vecs = np.array([v for v, _ in runs])
+    d = coarse.data_p(vecs).max()
+    inside = sum((length - 1) * i for (_, length), i in zip(runs, coarse.inside(vecs)))
+    edges = sum(coarse.between(vecs[k:k + 1], vecs[k + 1:k + 2])[0] for k in range(len(runs) - 1))
+    return float(d + 2 * (inside + edges))
+
+
+def _brute_best(coarse: Coarse, vecs, d_pp: int) -> float:
+    """Least coarse cost over every structure of 1-4 runs of distinct vectors, any order."""
+    best = np.inf
+    rows = [tuple(v) for v in vecs.tolist()]
+    for q in range(1, 5):
+        for chosen in itertools.combinations(range(len(rows)), q):
+            for lengths in itertools.product(range(1, d_pp + 1), repeat=q):
+                if sum(lengths) != d_pp:
+                    continue
+                total = sum(length * np.array(rows[i]) for i, length in zip(chosen, lengths))
+                if not np.array_equal(total, coarse.z):
+                    continue
+                runs = [(np.array(rows[i]), length) for i, length in zip(chosen, lengths)]
+                for order in itertools.permutations(range(q)):
+                    best = min(best, _cost(coarse, [runs[k] for k in order]))
+    return best
+
+
+def test_the_enumeration_finds_the_least_coarse_cost_found_by_brute_force():
+    for seed in range(3):
+        model, _ = _sites([4, 4, 2, 2], d_pp=4, d_dp=3, seed=seed)
+        lab = classes(model)
+        assert lab is not None
+        coarse = Coarse(model, lab)
+        vecs = vectors(coarse, 3, most=10_000)
+        assert vecs is not None
+        found = best_structures(coarse, vecs, 4, most=5, join_most=10**9)
+        assert found, "no structure"
+        assert abs(found[0][0] - _brute_best(coarse, vecs, 4)) < 1e-9
+        for cost, runs in found:  # each priced as stated, in the order given
+            assert abs(cost - _cost(coarse, runs)) < 1e-9
+            assert sum(length for _, length in runs) == 4
+            assert np.array_equal(sum(length * v for v, length in runs), coarse.z)
+        assert [c for c, _ in found] == sorted(c for c, _ in found)
+
+
+def test_the_edge_floor_is_the_least_threshold_with_a_perfect_matching():
+    model, _ = _sites([6, 6, 2, 2], d_pp=4, d_dp=4)
+    coarse = Coarse(model, classes(model))
+    rng = np.random.default_rng(1)
+    vecs = vectors(coarse, 4, most=10_000)
+    for _ in range(40):
+        v, w = vecs[rng.integers(len(vecs))], vecs[rng.integers(len(vecs))]
+        left, right = np.repeat(np.arange(coarse.m), v), np.repeat(np.arange(coarse.m), w)
+        expect = None
+        for t in coarse.levels:
+            graph = csr_matrix((coarse.p[np.ix_(left, right)] <= t).astype(int))
+            if (maximum_bipartite_matching(graph, perm_type="column") >= 0).all():
+                expect = t
+                break
+        assert coarse.between(v[None], w[None])[0] == expect
+
+
+def test_a_dealt_structure_gives_every_group_its_vector():
+    model, _ = _sites([8, 8, 4, 4], d_pp=6, d_dp=4)
+    lab = classes(model)
+    coarse = Coarse(model, lab)
+    (_, runs), *_ = best_structures(coarse, vectors(coarse, 4), 6, most=1)
+    grid = deal(lab, np.arange(model.n), runs)
+    assert grid.shape == (4, 6)
+    assert sorted(grid.ravel().tolist()) == list(range(model.n))
+    wanted = [v for v, length in runs for _ in range(length)]
+    for s, v in enumerate(wanted):
+        assert np.array_equal(np.bincount(lab[grid[:, s]], minlength=coarse.m), v)
+
+
+def test_structure_starts_are_named_by_their_runs_and_are_layouts():
+    model, _ = _sites([8, 8, 4, 4], d_pp=6, d_dp=4)
+    starts = structure_starts(model, np.arange(model.n))
+    assert 1 <= len(starts) <= structures.STRUCTURE_STARTS
+    for name, grid in starts:
+        assert name.startswith("structure: runs ")
+        assert sum(int(x) for x in name.split("runs ")[1].split("+")) == 6
+        assert sorted(grid.ravel().tolist()) == list(range(model.n))
+
+
+def test_no_structure_starts_on_links_drawn_at_random():
+    """Random links: the coarse levels are noise (their clearest cut about 1.05), so the
+    starts would follow nothing; the two-region fabric's cut is clear."""
+    rng = np.random.default_rng(2)
+    t = rng.uniform(1.0, 200.0, (32, 32))
+    t = (t + t.T) / 2
+    np.fill_diagonal(t, 0)
+    noise = CostModel(t, t, Workload(4, 8, 1.0, 1.0))
+    assert structures.clear_cut(noise) < structures.CLEAR_CUT
+    assert structure_starts(noise, np.arange(32)) == []
+    model, _ = _sites([8, 8, 4, 4], d_pp=6, d_dp=4)
+    assert structures.clear_cut(model) > structures.CLEAR_CUT
+
+
+def test_no_structure_starts_without_classes_or_once_stopped():
+    t = 1.0 - np.eye(16)  # every link alike: no coarse level
+    flat = CostModel(t, t, Workload(4, 4, 1.0, 1.0))
+    assert structure_starts(flat, np.arange(16)) == []
+    model, _ = _sites([8, 8, 4, 4], d_pp=6, d_dp=4)
+    assert structure_starts(model, np.arange(model.n), stop=lambda: True) == []
+    calls = iter(range(10**6))
+    assert structure_starts(model, np.arange(model.n), stop=lambda: next(calls) > 0) == []
+
+
+def test_the_coarse_optimum_of_the_two_basin_suite_instance_is_the_better_basin():
+    """Draw-1 12 x 8: the 38.5 s basin's structure (module text) comes first."""
+    fabric, model = suite_instance("h96-12x8", 1)
+    starts = structure_starts(model, np.argsort(np.asarray(model.labels), kind="stable"))
+    assert starts[0][0] == "structure: runs 4+1+4+3"
+    lab = classes(model)
+    counts = [tuple(np.bincount(lab[starts[0][1][:, s]], minlength=lab.max() + 1)) for s in range(12)]
+    assert counts[:4] == [(0, 2, 2, 4, 0, 0)] * 4 and counts[9:] == [(3, 3, 0, 0, 2, 0)] * 3
