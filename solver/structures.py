@@ -32,16 +32,19 @@ against 51.81, and that structure is the coarse optimum. Dealt onto the grid and
 descended (41-42 s), a ladder of 200 000 steps from it reached 38.7-39.0 s on four
 streams, where the same ladder from the 40 s basin's structures stayed at 40.0-40.5 s.
 
-Enumeration (``best_structures``). Vectors are generated class by class with their
-partial ``D`` (which only grows as classes are added) at most a cap, the cap raised
-until VECTOR_MOST vectors are reached, and the VECTOR_MOST lowest kept. *Terms* ``(v,
-L)`` with ``L v <= z``; structures of 1-4 runs are found by meet-in-the-middle on the
-terms' sums (an integer key of the summed vector and length): pairs of terms are
-tabulated (at most PAIR_MOST, else the vectors are halved), and a structure of three
-(four) runs is a term (pair) whose key complements a pair's. Each structure's runs are
-ordered by trying every order (at most 12) with the floors ``B`` of its vector pairs.
-Cost ``O(V m)`` for the vectors, ``O(T^2 m)`` for the pairs (T terms, about 2.5 V at 8
-stages), ``O(P log P)`` for the joins, ``O(S 2^m m)`` for the floors of S structures.
+Enumeration (``best_structures``). Every class vector is listed class by class (none
+when there are more than COVER times VECTOR_MOST, or when the partial lists pass
+PARTIAL_MOST rows), and the VECTOR_MOST of lowest ``D`` are kept. *Terms* ``(v, L)``
+with ``L v <= z``; structures of 1-4 runs of distinct vectors are found by
+meet-in-the-middle on the terms' sums (an integer key of the summed vector and length;
+none when that key could pass 62 bits): pairs of terms are tabulated (at most
+PAIR_MOST, else the vectors are halved), and a structure of three (four) runs is a term
+(pair) whose key complements a pair's, the terms (pairs) taken lowest ``D`` first until
+their matches reach JOIN_MOST (the first always; duplicates still counted). Each
+structure's runs are ordered by trying every order (at most 12) with the floors ``B`` of
+its vector pairs. Cost ``O(V m)`` for the vectors, ``O(T^2 m)`` for the pairs (T terms,
+about 2.5 V at 8 stages), ``O(P log P)`` for the joins, ``O(S 2^m m)`` for the floors of
+S structures.
 
 Deal (``deal``). The groups of a structure, in pipeline order, take their ``v_c``
 devices of each class from that class's devices in label order (hosts together), so a
@@ -89,13 +92,13 @@ COVER = 10
 PARTIAL_MOST = 400_000
 #: Most pairs of terms tabulated; past it the vectors are halved.
 PAIR_MOST = 3_000_000
-#: Most structures of three (of four) runs priced: the terms (pairs) are joined lowest
-#: coarse DataP first until their matches reach it.
+#: Matches of three (of four) runs joined: the terms (pairs) are taken lowest coarse
+#: DataP first until their matches reach it (the first always; duplicates counted).
 JOIN_MOST = 300_000
 #: Structures priced at a time, lowest floor (coarse DataP and inside edges) first.
 PRICE_CHUNK = 4096
 #: Structures dealt into starts, lowest coarse cost first.
-STRUCTURE_STARTS = 3
+STARTS_MOST = 3
 #: Percentile of T_pp taken as the typical link inside a class.
 INSIDE_PERCENTILE = 90
 
@@ -197,26 +200,24 @@ class Stopped(Exception):
     """The caller's ``stop()`` turned true during the enumeration."""
 
 
-def _capped(z: np.ndarray, r: int, a: np.ndarray, cap: float, limit: int) -> np.ndarray | None:
-    """Every ``0 <= v <= z`` with ``sum v = r`` and ``D(v) <= cap``, class by class (the
-    partial D only grows); None past ``limit`` rows, or past PARTIAL_MOST partial rows
-    on the way (the counts of the first classes can outnumber the whole vectors)."""
+def _all_vectors(z: np.ndarray, r: int, limit: int) -> np.ndarray | None:
+    """Every ``0 <= v <= z`` with ``sum v = r``, class by class; None past ``limit``
+    vectors, or past PARTIAL_MOST rows of a partial list (counted as it grows, so the
+    memory stays bounded)."""
     m = len(z)
     cur = np.zeros((1, 0), dtype=np.int64)
     after = np.concatenate([np.cumsum(z[::-1])[::-1][1:], [0]])  # room in the classes after c
     for c in range(m):
         used = cur.sum(axis=1)
-        parts = []
+        parts, rows = [], 0
         for k in range(int(min(z[c], r)) + 1):
             ok = (used + k <= r) & (used + k + after[c] >= r)
+            rows += int(ok.sum())
+            if rows > max(limit, PARTIAL_MOST):
+                return None
             if ok.any():
                 parts.append(np.hstack([cur[ok], np.full((int(ok.sum()), 1), k, dtype=np.int64)]))
         cur = np.vstack(parts) if parts else np.zeros((0, c + 1), dtype=np.int64)
-        sub = a[:c + 1, :c + 1]
-        partial = np.where(cur > 0, cur @ sub.T - np.diag(sub)[None, :], -np.inf).max(axis=1)
-        cur = cur[partial <= cap]
-        if len(cur) > max(limit, PARTIAL_MOST):
-            return None
     return cur if len(cur) <= limit else None
 
 
@@ -224,7 +225,7 @@ def vectors(coarse: Coarse, r: int, most: int = VECTOR_MOST) -> np.ndarray | Non
     """The ``most`` class vectors of lowest ``D`` (all when there are fewer), lowest
     first; None when there are more than COVER times ``most`` in all (module text,
     "What it does not reach"). O(V m^2)."""
-    found = _capped(coarse.z, r, coarse.a, np.inf, COVER * most)
+    found = _all_vectors(coarse.z, r, COVER * most)
     if found is None:
         return None
     return found[np.argsort(coarse.data_p(found), kind="stable")[:most]]
@@ -280,8 +281,8 @@ def best_structures(coarse: Coarse, vecs: np.ndarray, d_pp: int, most: int,
     z, p, m = coarse.z, d_pp, coarse.m
     values, inside = coarse.data_p(vecs), coarse.inside(vecs)
     nv = len(vecs)
-    if not nv:
-        return []
+    if not nv or most <= 0 or float(np.log2(z + 1.0).sum() + np.log2(p + 1.0)) >= 62:
+        return []  # nothing to find, or keys that could pass 62 bits (module text)
     room = np.where(vecs > 0, z[None, :] // np.maximum(vecs, 1), p).min(axis=1)
     room = np.minimum(room, p)
     ti = np.repeat(np.arange(nv), room)
@@ -363,7 +364,7 @@ def deal(lab: np.ndarray, order: np.ndarray, runs: list[tuple[np.ndarray, int]])
     return np.array(cols, dtype=np.int64).T
 
 
-def structure_starts(model, order: np.ndarray, most: int = STRUCTURE_STARTS,
+def structure_starts(model, order: np.ndarray, most: int = STARTS_MOST,
                      stop: Callable[[], bool] = lambda: False) -> list[tuple[str, np.ndarray]]:
     """Up to ``most`` dealt structures, lowest coarse cost first, named by their run
     lengths (``structure: runs 4+1+4+3``); none above STRUCTURE_MAX_N devices, when no

@@ -116,7 +116,7 @@ def test_a_dealt_structure_gives_every_group_its_vector():
 def test_structure_starts_are_named_by_their_runs_and_are_layouts():
     model, _ = _sites([8, 8, 4, 4], d_pp=6, d_dp=4)
     starts = structure_starts(model, np.arange(model.n))
-    assert 1 <= len(starts) <= structures.STRUCTURE_STARTS
+    assert 1 <= len(starts) <= structures.STARTS_MOST
     for name, grid in starts:
         assert name.startswith("structure: runs ")
         assert sum(int(x) for x in name.split("runs ")[1].split("+")) == 6
@@ -155,3 +155,16 @@ def test_the_coarse_optimum_of_the_two_basin_suite_instance_is_the_better_basin(
     lab = classes(model)
     counts = [tuple(np.bincount(lab[starts[0][1][:, s]], minlength=lab.max() + 1)) for s in range(12)]
     assert counts[:4] == [(0, 2, 2, 4, 0, 0)] * 4 and counts[9:] == [(3, 3, 0, 0, 2, 0)] * 3
+
+
+def test_keys_that_could_pass_62_bits_and_huge_vector_lists_give_nothing():
+    """The mixed-radix keys of the term sums must fit an int64 (a wrapped key could match
+    runs that do not add up to the class totals), and listing the vectors stops once a
+    partial list passes PARTIAL_MOST rows (1 024 GPUs in 4 classes at D_DP 512)."""
+    model, _ = _sites([8, 8, 4, 4], d_pp=6, d_dp=4)
+    coarse = Coarse(model, classes(model))
+    vecs = vectors(coarse, 4)
+    assert best_structures(coarse, vecs, 6, most=3)
+    coarse.z = np.full(coarse.m, 2**16, dtype=np.int64)  # 16 bits a class: past 62 in all
+    assert best_structures(coarse, vecs, 6, most=3) == []
+    assert structures._all_vectors(np.full(4, 256), 512, 4000) is None
