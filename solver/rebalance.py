@@ -141,10 +141,11 @@ TRY = 3
 DESCENT_SWEEPS = 1.0
 
 
-def levels(model, most: int = LEVELS) -> list[np.ndarray]:
-    """Component labels of the coarsest ``most`` levels (fewest components first)."""
+def level_cuts(model, most: int = LEVELS) -> list[tuple[float, np.ndarray]]:
+    """``(threshold, labels)`` of the coarsest ``most`` levels (fewest components first):
+    each level's components are those of the tree links below its threshold."""
     tree = spanning_tree(model)
-    out: list[np.ndarray] = []
+    out: list[tuple[float, np.ndarray]] = []
     seen: set[bytes] = set()
     for t in tree.thresholds():
         m, labels = tree.components(float(t))
@@ -152,8 +153,13 @@ def levels(model, most: int = LEVELS) -> list[np.ndarray]:
             break
         if m >= 2 and labels.tobytes() not in seen:
             seen.add(labels.tobytes())
-            out.append(labels.astype(np.int64))
+            out.append((float(t), labels.astype(np.int64)))
     return out
+
+
+def levels(model, most: int = LEVELS) -> list[np.ndarray]:
+    """Component labels of the coarsest ``most`` levels (fewest components first)."""
+    return [labels for _, labels in level_cuts(model, most)]
 
 
 def fine_level(model) -> np.ndarray | None:

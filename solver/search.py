@@ -61,6 +61,7 @@ from solver.blocks import best_block
 from solver import native
 from solver.cost import CostModel, Score, rank_map_from_grid
 from solver.descent import descend, polish
+from solver import structures
 from solver.structures import structure_starts
 from solver.enumerate import optimal_grid
 from solver.workers import Outcome, Rounds, WorkerPool, available_cores
@@ -243,10 +244,13 @@ def _origins(model: CostModel, starts: list[tuple[str, np.ndarray]]) -> tuple[np
     came first by Comm). Measured at ``--time-limit 10``, 2 workers, seeds 0-4, one
     session: 38.784 s (two seeds at 39.16-39.18 s) -> 38.570 s (38.48-38.77 s); seeds
     5-9 with them first 38.53-39.21 s."""
+    def place(start: tuple[str, np.ndarray]) -> tuple[int, float]:  # sorted() is stable
+        if STRUCTURE_ORIGINS_FIRST and _structure(start[0]):
+            return 0, 0.0
+        return 1, model.score_grid(start[1]).comm
+
     unique: dict[bytes, np.ndarray] = {}
-    first = [s for s in starts if _structure(s[0])] if STRUCTURE_ORIGINS_FIRST else []
-    rest = sorted((s for s in starts if not any(s is f for f in first)), key=lambda s: model.score_grid(s[1]).comm)
-    for _, grid in first + rest:
+    for _, grid in sorted(starts, key=place):
         g = np.ascontiguousarray(grid)
         unique.setdefault(g.tobytes(), g)
     return tuple(unique.values())
@@ -427,7 +431,7 @@ def _starts_phase(run: _Run, model: CostModel, rng, starts: list[tuple[str, np.n
 
 def _structure(name: str) -> bool:
     """Whether a start is a structure start (solver.structures), by its name."""
-    return name.startswith("structure:")
+    return name.startswith(structures.NAME)
 
 
 def first_descent_swaps(n: int) -> int:

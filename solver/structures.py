@@ -99,29 +99,25 @@ JOIN_MOST = 300_000
 PRICE_CHUNK = 4096
 #: Structures dealt into starts, lowest coarse cost first.
 STARTS_MOST = 3
+#: What every structure start's name begins with (solver.search tells them by it).
+NAME = "structure:"
 #: Percentile of T_pp taken as the typical link inside a class.
 INSIDE_PERCENTILE = 90
 
 
 def clear_cut(model) -> float:
-    """The clearest of the coarse levels' cuts (solver.rebalance.levels): the largest
+    """The clearest of the coarse levels' cuts (solver.rebalance.level_cuts): the largest
     ratio of the cheapest tree link across a level's cut to the dearest link inside its
     components (1.0 when there is no level). O(N^2) for the tree, O(N) a level."""
-    from solver.rebalance import LEVELS, MAX_COMPONENTS
+    from solver.rebalance import level_cuts
     from solver.spanning import spanning_tree
 
-    tree = spanning_tree(model)
-    weights = np.sort(tree.weights)
-    best, seen = 1.0, set()
-    for t in tree.thresholds():  # fewest components first, as levels() walks them
-        m, labels = tree.components(float(t))
-        if m > MAX_COMPONENTS or len(seen) >= LEVELS:
-            break
-        if m >= 2 and labels.tobytes() not in seen:
-            seen.add(labels.tobytes())
-            inside = weights[weights < t]
-            if len(inside) and inside[-1] > 0:
-                best = max(best, float(t / inside[-1]))
+    weights = np.sort(spanning_tree(model).weights)
+    best = 1.0
+    for t, _ in level_cuts(model):
+        inside = weights[weights < t]
+        if len(inside) and inside[-1] > 0:
+            best = max(best, float(t / inside[-1]))
     return best
 
 
@@ -152,7 +148,7 @@ class Coarse:
 
     def __init__(self, model, lab: np.ndarray) -> None:
         m = int(lab.max()) + 1
-        self.m, self.lab = m, lab
+        self.m = m
         self.z = np.bincount(lab, minlength=m).astype(np.int64)
         a, p = np.zeros((m, m)), np.zeros((m, m))
         for c in range(m):
@@ -345,8 +341,7 @@ def best_structures(coarse: Coarse, vecs: np.ndarray, d_pp: int, most: int,
                 out.append((float(cost[r]), [(vecs[vi[row, s]], int(tl[ids[row, s]])) for s in o]))
             out.sort(key=lambda f: f[0])
             del out[most:]
-    out.sort(key=lambda s: s[0])
-    return out[:most]
+    return out
 
 
 def deal(lab: np.ndarray, order: np.ndarray, runs: list[tuple[np.ndarray, int]]) -> np.ndarray:
@@ -369,7 +364,9 @@ def structure_starts(model, order: np.ndarray, most: int = STARTS_MOST,
     """Up to ``most`` dealt structures, lowest coarse cost first, named by their run
     lengths (``structure: runs 4+1+4+3``); none above STRUCTURE_MAX_N devices, when no
     coarse level is a clear cut (CLEAR_CUT), when the fabric has no classes or too many
-    vectors (COVER), or when ``stop()`` turns true first. ``order``: the devices in label order."""
+    vectors (COVER), or when ``stop()`` turns true first. ``order``: the devices in an
+    order that keeps a host's devices together (label order; the search passes its
+    first order: the labels', else the clustering's)."""
     w = model.workload
     if w.d_pp < 2 or w.d_dp < 2 or model.n > STRUCTURE_MAX_N or stop() or clear_cut(model) < CLEAR_CUT:
         return []
@@ -388,5 +385,5 @@ def structure_starts(model, order: np.ndarray, most: int = STARTS_MOST,
             vecs = vecs[: len(vecs) // 2]
         except Stopped:
             return []
-    return [(f"structure: runs {'+'.join(str(length) for _, length in runs)}", deal(lab, order, runs))
+    return [(f"{NAME} runs {'+'.join(str(length) for _, length in runs)}", deal(lab, order, runs))
             for _, runs in found]
