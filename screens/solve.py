@@ -283,7 +283,7 @@ class SolveScreen(ConsoleScreen):
         solution = Solution(
             name=f"solve #{number}", rank_map=np.asarray(r.x), fun=float(r.fun),
             workload=message.options.workload, digest=message.digest, created_at=iso(self.app.clock),
-            bound=message.bound, status=str(int(r.status)), message=r.message, seed=message.options.seed,
+            bound=self._strongest_bound(message), status=str(int(r.status)), message=r.message, seed=message.options.seed,
             nit=int(r.nit), nfev=int(r.nfev), elapsed_s=float(r.elapsed_s),
             history=[(float(t), float(v)) for t, v in r.history], baselines=message.baselines,
             advice=message.advice, found_by=str(r.start),
@@ -293,6 +293,15 @@ class SolveScreen(ConsoleScreen):
         chosen = dict(seed=o.seed, budget=o.budget, time_limit=o.time_limit, restarts=o.restarts)
         self.session.solve_options = {k: v for k, v in chosen.items() if v is not None}
         self.post_message(SessionChanged(f"{solution.name}: Comm {solution.fun:.2f} s"))
+
+    def _strongest_bound(self, message: Finished) -> float | None:
+        """The run's lower bound, or a stronger one an earlier solve of the same fabric,
+        labels and workload found (a cancelled or shorter run computes a weaker one; each
+        is valid, so the largest is)."""
+        same = [s.bound for s in self.session.solutions if s.bound is not None
+                and s.digest == message.digest and s.workload == message.options.workload]
+        found = same + ([] if message.bound is None else [float(message.bound)])
+        return max(found) if found else None
 
     def _status_text(self, fun: float, nit: int, nfev: int, elapsed: float, phase: str, done: str = "",
                      eta: float | None = None, found_by: str = "") -> Text:

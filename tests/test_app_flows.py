@@ -140,6 +140,37 @@ async def test_a_cancelled_run_that_does_not_beat_the_plan_leaves_it_the_plan():
         assert f"is not below {plan.name}'s {plan.fun:.2f} s: {plan.name} stays the plan" in status
 
 
+async def test_a_later_run_keeps_the_strongest_bound_of_the_same_instance(monkeypatch):
+    """A second solve whose bound came out weaker (cut short) kept it: the console showed
+    a wider gap for a better answer, though the first run's bound still held."""
+    import dataclasses
+
+    import solver.bounds
+
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await _solve_the_starts(app, pilot)
+        first = app.session.current
+        assert first.bound is not None
+        real = solver.bounds.lower_bound
+        monkeypatch.setattr(solver.bounds, "lower_bound",
+                            lambda *a, **k: dataclasses.replace(real(*a, **k), value=first.bound - 10.0))
+        screen.query_one("#form-budget", Input).value = "2000"
+        await pilot.press("ctrl+r")
+        await wait_until(lambda: len(app.session.solutions) == 2 and not screen.running, timeout=30)
+        second = app.session.current
+        assert second.bound == pytest.approx(first.bound)
+        assert f"lower bound {first.bound:.2f} s" in text_of(screen.query_one("#solve-status"))
+        # another workload is another instance: its own bound
+        monkeypatch.setattr(solver.bounds, "lower_bound", real)
+        screen.query_one("#form-d_pp", Input).value = "4"
+        screen.query_one("#form-d_dp", Input).value = "16"
+        await pilot.press("ctrl+r")
+        await wait_until(lambda: len(app.session.solutions) == 3 and not screen.running, timeout=30)
+        third = app.session.current
+        assert third.workload != first.workload and third.bound != pytest.approx(first.bound)
+
+
 async def test_progress_messages_coalesce():
     old = SolveScreen.Progress(10.0, 1, 1, 0.1, "x")
     new = SolveScreen.Progress(9.0, 2, 2, 0.2, "x")
