@@ -201,33 +201,43 @@ class GeoConsoleApp(App[int]):
 
     def _confirm_discard(self, what: str, then, busy: list[str] | None = None) -> None:
         """Run ``then`` now when nothing is unsaved and no ``busy`` work runs, else after
-        the operator says yes."""
-        busy = busy or []
+        the operator says yes. The question follows the work while it is open: a solve
+        that ends meanwhile turns "stop the running work" into "without saving"."""
         if not self.dirty and not busy:
             then()
             return
         if isinstance(self.screen, ConfirmDialog):
             return
-        lines = list(busy)
-        if self.dirty:
-            lines.append("The session has changes that are not saved; ctrl+s or F2 (save as) keeps them.")
-            title = f"{what} without saving?"
-        else:
-            title = f"{what} and stop the running work?"
-        lines.append(f"y: {what.lower()} anyway; n or escape: stay.")
-        warned_unsaved = self.dirty
+        watch = bool(busy)
+        shown = {"dirty": self.dirty, "running": watch}  # what the question said last
+
+        def text() -> tuple[str, str]:
+            running = self.running_work() if watch else []
+            shown["dirty"], shown["running"] = self.dirty, bool(running)
+            lines = list(running)
+            if watch and not running:
+                lines.append("The running work has ended.")
+            if self.dirty:
+                lines.append("The session has changes that are not saved; ctrl+s or F2 (save as) keeps them.")
+                title = f"{what} without saving?"
+            elif running:
+                title = f"{what} and stop the running work?"
+            else:
+                title = f"{what}?"
+            lines.append(f"y: {what.lower()} anyway; n or escape: stay.")
+            return title, "\n".join(lines)
 
         def answered(yes: bool) -> None:
             if not yes:
                 return
-            # a solve ended meanwhile: its result is unsaved, and the dialog still said it ran
-            ended = bool(busy) and not self.running_work()
-            if self.dirty and (not warned_unsaved or ended):
+            ended = shown["running"] and not self.running_work()
+            if self.dirty and (not shown["dirty"] or ended):  # changed since the question last did
                 self._confirm_discard(what, then, self.running_work())
                 return
             then()
 
-        self.push_screen(ConfirmDialog(title, "\n".join(lines), yes=what), answered)
+        title, body = text()
+        self.push_screen(ConfirmDialog(title, body, yes=what, refresh=text), answered)
 
     async def action_quit(self) -> None:
         self._confirm_discard("Quit", self.exit, self.running_work())

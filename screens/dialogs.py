@@ -51,17 +51,36 @@ class ConfirmDialog(ModalScreen[bool]):
     #: A stray Enter answers no: the yes button starts ranks, quits or overwrites.
     AUTO_FOCUS = "#no"
 
-    def __init__(self, title: str, body: str, yes: str = "Yes") -> None:
+    #: Seconds between two reads of ``refresh`` while the dialog is open.
+    REFRESH_S = 0.25
+
+    def __init__(self, title: str, body: str, yes: str = "Yes",
+                 refresh: Callable[[], tuple[str, str]] | None = None) -> None:
+        """``refresh``: called while the dialog is open, gives the ``(title, body)`` to show
+        now (the quit question: a solve that ends meanwhile leaves unsaved work, not
+        running work)."""
         super().__init__()
         self.title_text, self.body, self.yes = title, body, yes
+        self._refresh_text = refresh
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(Text(self.title_text))  # Text: names, paths and commands are not markup
-            yield Static(Text(self.body))
+            yield Label(Text(self.title_text), id="confirm-title")  # Text: names, paths and commands are not markup
+            yield Static(Text(self.body), id="confirm-body")
             with Horizontal():
                 yield Button(self.yes, id="yes", variant="warning")
                 yield Button("No", id="no")
+
+    def on_mount(self) -> None:
+        if self._refresh_text is not None:
+            self.set_interval(self.REFRESH_S, self._show_now)
+
+    def _show_now(self) -> None:
+        title, body = self._refresh_text()
+        if (title, body) != (self.title_text, self.body):
+            self.title_text, self.body = title, body
+            self.query_one("#confirm-title", Label).update(Text(title))
+            self.query_one("#confirm-body", Static).update(Text(body))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")

@@ -507,9 +507,10 @@ async def test_quitting_during_a_solve_stops_the_solver():
     assert time.monotonic() - started < 15
 
 
-async def test_a_solve_that_ends_while_quit_asks_is_not_discarded_unasked():
-    """Quit asked because a solve ran; the solve ends (its result unsaved) before the
-    answer: y then asks about the unsaved changes instead of quitting."""
+async def test_the_quit_question_follows_a_solve_that_ends_under_it():
+    """Quit asked because a solve ran; the solve ended under the dialog (its result
+    unsaved) and the dialog went on saying a solve was running. Now it says what is true
+    then, and y quits after that."""
     app = demo_app()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("4")
@@ -518,36 +519,42 @@ async def test_a_solve_that_ends_while_quit_asks_is_not_discarded_unasked():
         await wait_until(lambda: "solve" in app.activity)
         app.simulate_key("q")
         await wait_until(lambda: isinstance(app.screen, ConfirmDialog))
-        assert not app.dirty and app.screen.title_text == "Quit and stop the running work?"
-        await wait_until(lambda: app.dirty, timeout=30)  # the solve ended under the dialog
-        app.simulate_key("y")
-        await wait_until(lambda: isinstance(app.screen, ConfirmDialog) and "without saving" in app.screen.title_text)
-        assert app.is_running
+        dialog = app.screen
+        assert not app.dirty and dialog.title_text == "Quit and stop the running work?"
+        await wait_until(lambda: dialog.title_text == "Quit without saving?", timeout=30)
+        body = text_of(dialog.query_one("#confirm-body"))
+        assert "A solve is running" not in body and "has ended" in body and "not saved" in body
+        assert app.screen is dialog
         app.simulate_key("y")
         await wait_until(lambda: not app.is_running, timeout=10)
 
 
-async def test_a_solve_that_ends_while_quit_asks_about_unsaved_changes_is_asked_again():
-    """The session was already unsaved: the dialog said so and that a solve ran; the solve
-    ended under it, and y quit, dropping the finished solve under a dialog that still said
-    it was running. Now y asks again, with what is true then."""
+@pytest.mark.parametrize("unsaved_before", [False, True])
+async def test_a_solve_that_ends_before_the_question_changes_is_asked_again(monkeypatch, unsaved_before):
+    """The solve ended between the dialog's last look and the answer: y asks again, with
+    what is true then, instead of dropping the finished solve under a dialog that still
+    said it was running."""
+    monkeypatch.setattr(ConfirmDialog, "REFRESH_S", 3600.0)  # the dialog never looks again
     app = demo_app()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("4")
-        app.screen.query_one("#form-time_limit", Input).value = "1"
-        await pilot.press("ctrl+r")
-        await wait_until(lambda: app.dirty, timeout=30)  # a first solve: the session is unsaved
+        if unsaved_before:
+            app.screen.query_one("#form-time_limit", Input).value = "1"
+            await pilot.press("ctrl+r")
+            await wait_until(lambda: app.dirty, timeout=30)  # a first solve: the session is unsaved
         app.screen.query_one("#form-time_limit", Input).value = "2"
         await pilot.press("ctrl+r")
         await wait_until(lambda: "solve" in app.activity)
         app.simulate_key("q")
         await wait_until(lambda: isinstance(app.screen, ConfirmDialog))
-        assert "without saving" in app.screen.title_text and "A solve is running" in str(app.screen.body)
-        await wait_until(lambda: not app.running_work(), timeout=30)  # it ended under the dialog
+        first = app.screen
+        assert "A solve is running" in str(first.body)
+        assert ("without saving" in first.title_text) == unsaved_before
+        await wait_until(lambda: not app.running_work() and app.dirty, timeout=30)  # it ended under the dialog
         app.simulate_key("y")
-        await wait_until(lambda: isinstance(app.screen, ConfirmDialog) and "A solve is running" not in
-                         str(app.screen.body))
+        await wait_until(lambda: isinstance(app.screen, ConfirmDialog) and app.screen is not first)
         assert app.is_running and "without saving" in app.screen.title_text
+        assert "A solve is running" not in str(app.screen.body)
         app.simulate_key("y")
         await wait_until(lambda: not app.is_running, timeout=10)
 
