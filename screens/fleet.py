@@ -16,7 +16,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from geoconsole.session import Session
 from screens.base import ConsoleScreen
@@ -25,6 +25,7 @@ from screens.tables import TABLE_BINDINGS, TableFilter, TableTools
 from screens.statusbar import StatusBar
 from screens.tabs import ScreenTabs
 from screens.dialogs import ConfirmDialog
+from screens.widgets import ConsoleFooter
 from solver.workload import DTFM_WORKLOAD
 
 STATE_STYLES = {
@@ -110,7 +111,7 @@ class FleetScreen(TableTools, ConsoleScreen):
         yield TableFilter(id="fleet-filter")
         yield Static(id="fleet-details", classes="details", markup=False)
         yield StatusBar()
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)

@@ -10,7 +10,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import Footer, ProgressBar, Static
+from textual.widgets import ProgressBar, Static
 
 from screens.base import ConsoleScreen
 from screens.statusbar import StatusBar
@@ -20,6 +20,7 @@ from screens.heatmap_view import (
     ESTIMATED_GLYPH, ESTIMATED_OFFSET, INFERRED_GLYPH, INFERRED_OFFSET, METRIC_TITLES, METRICS, PALETTES, SELF, UNMEASURED, UNMEASURED_GLYPH,
     Heatmap, darkened, faded,
 )
+from screens.widgets import ConsoleFooter
 from solver.fabric import Fabric
 from solver.workload import Workload
 
@@ -187,7 +188,7 @@ class HeatmapScreen(ConsoleScreen):
         yield ProgressBar(id="sweep-progress", show_eta=True, total=None)
         yield Static("", id="sweep-status", classes="status", markup=False)
         yield StatusBar()
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         super().on_mount()

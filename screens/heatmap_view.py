@@ -275,6 +275,10 @@ def build_layout(
     return HeatmapLayout(level, blocks, names, groups, values, colour, cell, lo, hi, cell_h)
 
 
+#: + and - share one footer entry.
+ZOOM = Binding.Group("Zoom")
+
+
 class Heatmap(Widget, can_focus=True):
     """GPU x GPU heatmap with a cell cursor and a crosshair. Set data with :meth:`set_data`.
 
@@ -292,8 +296,8 @@ class Heatmap(Widget, can_focus=True):
         Binding("down,j", "move(1, 0)", "Down", show=False),
         Binding("left,h", "move(0, -1)", "Left", show=False),
         Binding("right,l", "move(0, 1)", "Right", show=False),
-        Binding("plus,equals_sign", "zoom(1)", "Zoom in", key_display="+"),
-        Binding("minus", "zoom(-1)", "Zoom out", key_display="-"),
+        Binding("plus,equals_sign", "zoom(1)", "Zoom in", key_display="+", group=ZOOM),
+        Binding("minus", "zoom(-1)", "Zoom out", key_display="-", group=ZOOM),
         Binding("0", "zoom(0)", "Fit", show=False),
         Binding("shift+up,K", "pan(-1, 0)", "Pan up", show=False),
         Binding("shift+down,J", "pan(1, 0)", "Pan down", show=False),

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.validation import ValidationResult, Validator
-from textual.widgets import Button, DataTable, Footer, Input, Label, Static
+from textual.widgets import Button, DataTable, Input, Label, Static
 
 from screens.adapters import LABEL_FIELDS, validate_label
 from screens.base import ConsoleScreen
@@ -18,7 +18,7 @@ from screens.tabs import ScreenTabs
 from screens.heatmap_view import row_order
 from screens.messages import SessionChanged
 from screens.tables import TABLE_BINDINGS, TableFilter, TableTools
-from screens.widgets import StageLocality
+from screens.widgets import ConsoleFooter, StageLocality
 
 #: Typed into a field, clears that label on the marked rows (empty leaves it unchanged).
 CLEAR = "-"
@@ -49,6 +49,10 @@ class LabelValidator(Validator):
         return self.failure(why) if why else self.success()
 
 
+#: space and h share one footer entry.
+MARK = Binding.Group("Mark row/host")
+
+
 class LabelsScreen(TableTools, ConsoleScreen):
     """Mark rows, type labels, apply: the current solution goes stale at once."""
 
@@ -61,9 +65,9 @@ class LabelsScreen(TableTools, ConsoleScreen):
         ("Undo label change", "Put back the labels as they were before the last edit (z)", "undo"),
     )
     BINDINGS = [
-        Binding("space", "mark", "Mark row"),
-        Binding("h", "mark_host", "Mark host"),
-        Binding("u", "unmark", "Unmark all"),
+        Binding("space", "mark", "Mark row", group=MARK),
+        Binding("h", "mark_host", "Mark host", group=MARK),
+        Binding("u", "unmark", "Unmark", tooltip="Unmark every row"),
         Binding("g", "suggest", "Suggest groups"),
         Binding("z,ctrl+z", "undo", "Undo", key_display="z"),
         *TABLE_BINDINGS,
@@ -95,7 +99,7 @@ class LabelsScreen(TableTools, ConsoleScreen):
                 yield Static(id="labels-marked", markup=False)
                 yield StageLocality(id="labels-locality")
         yield StatusBar()
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)

@@ -17,7 +17,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Input, Label, Log, Static
+from textual.widgets import Input, Label, Log, Static
 
 from screens.base import ConsoleScreen
 from screens.fields import Field
@@ -25,7 +25,7 @@ from screens.messages import SessionChanged
 from screens.statusbar import StatusBar
 from screens.tabs import ScreenTabs
 from screens.dialogs import ConfirmDialog, ask_path_then
-from screens.widgets import STALE_NOTE, advice_text, warning_style
+from screens.widgets import STALE_NOTE, ConsoleFooter, advice_text, warning_style
 
 DEFAULT_COMMAND = "train.py"
 MODES = ("torchrun", "env")
@@ -91,7 +91,7 @@ class LaunchScreen(ConsoleScreen):
             yield Static(id="launch-summary", markup=False)
             yield Log(id="launch-plan", highlight=False, auto_scroll=False)
         yield StatusBar()
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_input_submitted(self) -> None:
         from geoconsole.session import command_problem

@@ -13,14 +13,14 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, ScrollableContainer
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from geoconsole.session import Solution
 from screens.base import ConsoleScreen
 from screens.statusbar import StatusBar
 from screens.tabs import ScreenTabs
 from screens.dialogs import PathDialog, ask_path_then
-from screens.widgets import (REGION_COLOURS, STALE_NOTE, StageLocality, advice_text, grid_rows, region_colours,
+from screens.widgets import (REGION_COLOURS, STALE_NOTE, ConsoleFooter, StageLocality, advice_text, grid_rows, region_colours,
                              warning_style)
 from solver.fabric import Device, write_atomic
 
@@ -55,13 +55,17 @@ def _show_wide(widget: Static, table: Table) -> None:
     widget.update(table)
 
 
+#: [ and ] share one footer entry.
+EDGES = Binding.Group("Edges")
+
+
 class RankMapScreen(ConsoleScreen):
     """Review the current solution; compare it with the previous one or a loaded rank map."""
 
     BINDINGS = [
         Binding("d", "toggle_diff", "Diff"),
-        Binding("left_square_bracket", "edge(-1)", "Prev edge", key_display="["),
-        Binding("right_square_bracket", "edge(1)", "Next edge", key_display="]"),
+        Binding("left_square_bracket", "edge(-1)", "Prev edge", key_display="[", group=EDGES),
+        Binding("right_square_bracket", "edge(1)", "Next edge", key_display="]", group=EDGES),
         Binding("e", "export", "Export"),
         Binding("o", "open_rank_map", "Load rank map"),
         Binding("x", "leave_out", "Leave out"),
@@ -94,7 +98,7 @@ class RankMapScreen(ConsoleScreen):
                 yield StageLocality(id="rankmap-locality")
                 yield Static(id="rankmap-edges", markup=False)
         yield StatusBar()
-        yield Footer()
+        yield ConsoleFooter()
 
     def _other(self) -> Solution | None:
         return self.compare or self.session.previous

@@ -20,7 +20,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
-from textual.widgets import Button, Footer, Sparkline, Static
+from textual.widgets import Button, Sparkline, Static
 
 from geoconsole.session import Solution, iso
 from screens.base import ConsoleScreen
@@ -28,7 +28,7 @@ from screens.statusbar import StatusBar, duration, solve_eta, solve_running
 from screens.tabs import ScreenTabs
 from screens.messages import Activity, SessionChanged
 from screens.solve_widgets import Histogram, SolveOptions, WorkloadForm, sparkline_data
-from screens.widgets import STALE_NOTE, advice_text
+from screens.widgets import STALE_NOTE, ConsoleFooter, advice_text
 
 #: Seconds between progress messages; the solver may call back far more often.
 PROGRESS_INTERVAL_S = 0.1
@@ -112,7 +112,7 @@ class SolveScreen(ConsoleScreen):
                 yield Histogram(id="solve-histogram")
                 yield Static("", id="solve-advice", markup=False)  # hidden while there is no advice
         yield StatusBar()
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_resize(self) -> None:
         self.query_one(WorkloadForm).set_class(self.size.height < COMPACT_FORM_ROWS, "compact")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 from rich.text import Text
-from textual.widgets import Static
+from textual import events
+from textual.app import ComposeResult
+from textual.widgets import Footer, Static
 
 from screens.adapters import locality_words
 from solver.fabric import Device
@@ -85,3 +87,35 @@ def advice_text(items: list[dict], keys: dict[str, str] | None = None) -> Text:
         if hint:
             text.append(f" ({hint})", style="dim")
     return text
+
+
+class ConsoleFooter(Footer):
+    """The key footer, made to fit an 80-column terminal: below COMPACT_BELOW columns
+    compact (one space between keys) and without the command-palette hint (ctrl+p still
+    opens it); below BARE_BELOW also without the keys every screen has (NARROW_HIDDEN:
+    save and quit; they still work, and ? lists them with every other key)."""
+
+    DEFAULT_CSS = """
+    ConsoleFooter.-compact {
+        FooterLabel { margin: 0 1 0 0; }
+        FooterKey.-grouped { margin: 0 1 0 0; }
+    }
+    """
+    COMPACT_BELOW = 120
+    BARE_BELOW = 100
+    NARROW_HIDDEN = ("save", "quit")
+
+    def compose(self) -> ComposeResult:
+        bare = 0 < self.size.width < self.BARE_BELOW
+        for widget in super().compose():
+            if not (bare and getattr(widget, "action", None) in self.NARROW_HIDDEN):  # a FooterKey's
+                yield widget
+
+    def on_resize(self, event: events.Resize) -> None:
+        narrow = event.size.width < self.COMPACT_BELOW
+        self.compact = narrow
+        self.show_command_palette = not narrow
+        bare = event.size.width < self.BARE_BELOW
+        if bare != getattr(self, "_bare", None):
+            self._bare = bare
+            self.refresh(recompose=True)

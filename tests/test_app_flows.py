@@ -649,3 +649,24 @@ def test_the_region_legend_says_when_colours_repeat():
     many = tuple(Device(f"h{i}", 0, region=f"r{i}") for i in range(len(REGION_COLOURS) + 1))
     assert "share" not in region_legend(few).plain
     assert f"{len(many)} regions share {len(REGION_COLOURS)} colours" in region_legend(many).plain
+
+
+@pytest.mark.parametrize("width", [80, 160])
+async def test_every_footer_fits_the_terminal(width):
+    """At 80 columns the footers of Fabric, Labels and Rank map ran past the edge and cut
+    their last keys (Save, Quit, Help). Narrow, they are compact and leave out the keys
+    every screen has; wide, they show them all."""
+    from textual.widgets import Footer
+
+    app = demo_app()
+    with_solutions(app, region_pipelines(app.session))
+    async with app.run_test(size=(width, 24)) as pilot:
+        for mode, key, _title in SCREENS:
+            await pilot.press(key)
+            await pilot.pause()
+            footer = app.screen.query_one(Footer)
+            await wait_until(lambda: footer.virtual_size.width > 0)
+            actions = {getattr(w, "action", None) for w in footer.query("FooterKey")}
+            assert footer.virtual_size.width <= width, (mode, footer.virtual_size.width)
+            assert "help" in actions, mode
+            assert (("quit" in actions) and ("save" in actions)) == (width >= 100), mode
