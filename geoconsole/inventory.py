@@ -54,6 +54,9 @@ DEFAULT_SSH_CONFIG = "~/.ssh/config"
 MAX_SLOTS = 1024
 #: Largest inventory file read (a hostfile of 100,000 hosts is about 4 MB).
 MAX_INVENTORY_BYTES = 64 << 20
+#: Most hosts in one inventory: the placement is built for up to 4 096 GPUs, and a file
+#: of hundreds of thousands of lines took 20 s to resolve before it was refused.
+MAX_HOSTS = 8192
 
 _HOST_FIELDS = {
     "name", "address", "port", "user", "identity", "python", "interface", "gpus",
@@ -279,6 +282,8 @@ def _toml_entries(path: Path, text: str) -> list[tuple[str, dict[str, Any], dict
         raise InventoryError(f"{path}: no [[hosts]] entries")
     if not isinstance(hosts, list) or not all(isinstance(h, dict) for h in hosts):
         raise InventoryError(f"{path}: hosts: expected [[hosts]] tables")
+    if len(hosts) > MAX_HOSTS:
+        raise InventoryError(f"{path}: {len(hosts)} [[hosts]] entries; at most {MAX_HOSTS}")
     out = []
     for i, entry in enumerate(hosts):
         for key in entry:
@@ -295,6 +300,8 @@ def _hostfile_entries(path: Path, text: str) -> list[tuple[str, dict[str, Any], 
         if not line:
             continue
         where = f"{path}:{lineno}"
+        if len(out) == MAX_HOSTS:
+            raise InventoryError(f"{where}: more than {MAX_HOSTS} hosts; at most {MAX_HOSTS} in one inventory")
         host, *rest = line.split()
         if "=" in host:
             raise InventoryError(f"{where}: expected 'host slots=N', got {line[:80]!r} (no host name first)")

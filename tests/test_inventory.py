@@ -214,3 +214,21 @@ def test_a_byte_order_mark_is_named(tmp_path, name, text):
     path.write_text("\ufeff" + text, encoding="utf-8")
     with pytest.raises(InventoryError, match=r"starts with a byte order mark \(U\+FEFF\)"):
         load_inventory(path, ssh_config=None)
+
+
+def test_an_inventory_of_more_hosts_than_placed_is_refused_at_once(tmp_path):
+    """A 20 MB hostfile (half a million hosts) was resolved host by host for 20 s before
+    it was refused; now the host past MAX_HOSTS is named, without reading further."""
+    from geoconsole.inventory import MAX_HOSTS
+
+    at_most = tmp_path / "hostfile"
+    at_most.write_text("".join(f"w{i} slots=1\n" for i in range(MAX_HOSTS)))
+    assert len(load_inventory(at_most, ssh_config=None).hosts) == MAX_HOSTS
+    big = tmp_path / "big-hostfile"
+    big.write_text("# header\n" + "".join(f"w{i} slots=1\n" for i in range(500_000)))
+    with pytest.raises(InventoryError, match=rf"big-hostfile:{MAX_HOSTS + 2}: more than {MAX_HOSTS} hosts"):
+        load_inventory(big, ssh_config=None)
+    toml = tmp_path / "big.toml"
+    toml.write_text("".join(f'[[hosts]]\naddress = "w{i}"\n' for i in range(MAX_HOSTS + 1)))
+    with pytest.raises(InventoryError, match=rf"big.toml: {MAX_HOSTS + 1} \[\[hosts\]\] entries; at most {MAX_HOSTS}"):
+        load_inventory(toml, ssh_config=None)
