@@ -543,7 +543,7 @@ def command_problem(text: str) -> str | None:
 def _solve_options(value: Any, where: str) -> dict[str, Any]:
     """The Solve form's saved options, each checked against the CLI's limits (absent or
     null ones are left out: the form's defaults)."""
-    from geoconsole.solving import MAX_BUDGET, MAX_RESTARTS, MAX_SEED, MAX_TIME_LIMIT_S, MIN_TIME_LIMIT_S
+    from geoconsole.solving import option_range_problem
 
     if value is None:
         return {}
@@ -553,16 +553,15 @@ def _solve_options(value: Any, where: str) -> dict[str, Any]:
     if unknown:
         raise SessionError(f"{where}: unknown field {unknown[0]!r}")
     out: dict[str, Any] = {}
-    for key, top in (("seed", MAX_SEED), ("budget", MAX_BUDGET), ("restarts", MAX_RESTARTS)):
-        if value.get(key) is not None:
-            if _whole(value[key], f"{where}.{key}") > top:
-                raise SessionError(f"{where}.{key}: at most {top}, got {value[key]}")
-            out[key] = value[key]
-    if value.get("time_limit") is not None:
-        t = _number(value["time_limit"], f"{where}.time_limit")
-        if not MIN_TIME_LIMIT_S <= t <= MAX_TIME_LIMIT_S:
-            raise SessionError(f"{where}.time_limit: must be {MIN_TIME_LIMIT_S:g} to {MAX_TIME_LIMIT_S:g}, got {t:g}")
-        out["time_limit"] = t
+    for key in ("seed", "budget", "restarts", "time_limit"):
+        if value.get(key) is None:
+            continue
+        got = _number(value[key], f"{where}.{key}") if key == "time_limit" else _whole(value[key], f"{where}.{key}")
+        problem = option_range_problem(key, got)
+        if problem:
+            raise SessionError(f"{where}.{key}: {problem}, got {got:g}" if key == "time_limit" else
+                               f"{where}.{key}: {problem}, got {got}")
+        out[key] = got
     return out
 
 

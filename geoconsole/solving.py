@@ -28,6 +28,24 @@ MAX_RESTARTS = 10_000
 MAX_SEED = 2**64 - 1
 #: Largest budget the console's form and a saved session take (the search's "unlimited").
 MAX_BUDGET = 1 << 62
+#: Each solve option's range, as ``(least, most, in words)``: the console's form and a
+#: saved session check against it (option_range_problem); the CLI's flags take the same
+#: bounds.
+OPTION_RANGES: dict[str, tuple[float, float, str]] = {
+    "seed": (0, MAX_SEED, "0 to 2^64 - 1"),
+    "budget": (0, MAX_BUDGET, "0 to 2^62"),
+    "restarts": (0, MAX_RESTARTS, f"0 to {MAX_RESTARTS}"),
+    "time_limit": (MIN_TIME_LIMIT_S, MAX_TIME_LIMIT_S, f"{MIN_TIME_LIMIT_S:g} to {MAX_TIME_LIMIT_S:g}"),
+}
+
+
+def option_range_problem(key: str, value: float) -> str | None:
+    """``must be A to B`` when ``value`` is outside solve option ``key``'s range
+    (OPTION_RANGES), else None."""
+    least, most, words = OPTION_RANGES[key]
+    return None if least <= value <= most else f"must be {words}"
+
+
 #: Under a time limit, the share kept for the random baselines (each of the two gets
 #: half of what is left when it starts), and the least share the search gets whatever
 #: the bound took.

@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, Static
 
-from geoconsole.solving import MAX_BUDGET, MAX_RESTARTS, MAX_SEED, MAX_TIME_LIMIT_S, MIN_TIME_LIMIT_S
+from geoconsole.solving import option_range_problem
 from screens.fields import Field
 from solver.workload import Workload, WorkloadError
 
@@ -111,18 +111,13 @@ class WorkloadForm(Vertical):
                              f"{n_devices} devices: the console places every device (headless solve selects "
                              "D_PP x D_DP of them)")
         budget = number("budget", int, optional=True)
-        if budget is not None and not 0 <= budget <= MAX_BUDGET:
-            raise ValueError(f"{label['budget']}: must be 0 to 2^62, got {budget}")
         time_limit = number("time_limit", optional=True)
-        if time_limit is not None and not MIN_TIME_LIMIT_S <= time_limit <= MAX_TIME_LIMIT_S:
-            raise ValueError(f"{label['time_limit']}: must be {MIN_TIME_LIMIT_S:g} to {MAX_TIME_LIMIT_S:g}, "
-                             f"got {raw['time_limit'][:40]}")  # as typed: 10000001 read 1e+07
         restarts = number("restarts", int)
-        if not 0 <= restarts <= MAX_RESTARTS:
-            raise ValueError(f"{label['restarts']}: must be 0-{MAX_RESTARTS}, got {restarts}")
         seed = number("seed", int)
-        if not 0 <= seed <= MAX_SEED:
-            raise ValueError(f"{label['seed']}: must be 0 to 2^64 - 1, got {seed}")
+        for key, value in (("budget", budget), ("time_limit", time_limit), ("restarts", restarts), ("seed", seed)):
+            problem = None if value is None else option_range_problem(key, value)
+            if problem:  # the value as typed: 10000001 read 1e+07
+                raise ValueError(f"{label[key]}: {problem}, got {raw[key][:40]}")
         return SolveOptions(workload, seed, budget, time_limit, restarts)
 
 

@@ -262,7 +262,7 @@ async def test_solve_form_refuses_a_workload_that_does_not_fit_the_fabric():
                                     ("time_limit", "1e9", "time limit (s): must be 0.001 to 1e+07, got 1e9"),
                                     # as typed (it said "got 1e+07" of 10000001)
                                     ("time_limit", "10000001", "must be 0.001 to 1e+07, got 10000001"),
-                                    ("restarts", "20000", "restarts: must be 0-10000"),
+                                    ("restarts", "20000", "restarts: must be 0 to 10000, got 20000"),
                                     ("seed", "-1", "seed: must be 0 to 2^64 - 1"),
                                     # below the CLI's 0.001 s (1e-9 was taken), the workload's
                                     # own checks under the form's labels (they said c_pp, d_pp),
