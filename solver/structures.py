@@ -101,6 +101,8 @@ PRICE_CHUNK = 4096
 STARTS_MOST = 3
 #: What every structure start's name begins with (solver.search tells them by it).
 NAME = "structure:"
+#: Row pairs given the floors at a time (``Coarse.between``: 2^m m numbers a row).
+BETWEEN_CHUNK = 256
 #: Percentile of T_pp taken as the typical link inside a class.
 INSIDE_PERCENTILE = 90
 
@@ -165,8 +167,11 @@ class Coarse:
         self.a, self.p = a, p
         self.subsets = ((np.arange(1, 1 << m)[:, None] >> np.arange(m)) & 1).astype(np.int64)
         self.levels = np.unique(p)
-        self.reach = np.stack([(self.subsets @ (p <= t).astype(np.int64) > 0).astype(np.int64)
-                               for t in self.levels])
+        # each subset S's classes d in the order they become reachable from S: at
+        # min_{c in S} P[c, d] (``between``)
+        first = np.where(self.subsets[:, :, None] > 0, p[None, :, :], np.inf).min(axis=1)
+        self.reach_order = np.argsort(first, axis=1, kind="stable")
+        self.reach_at = np.take_along_axis(first, self.reach_order, axis=1)
 
     def data_p(self, vecs: np.ndarray) -> np.ndarray:
         """``D(v)`` of each row. O(V m^2)."""
@@ -179,16 +184,21 @@ class Coarse:
 
     def between(self, v: np.ndarray, w: np.ndarray) -> np.ndarray:
         """``B(v_i, w_i)`` for each row pair: the least level at which Hall's condition
-        holds. O(n 2^m m) per level tried."""
-        need = v @ self.subsets.T
-        out = np.full(len(v), self.levels[-1])
-        todo = np.arange(len(v))
-        for k, t in enumerate(self.levels):
-            ok = (need[todo] <= w[todo] @ self.reach[k].T).all(axis=1)
-            out[todo[ok]] = t
-            todo = todo[~ok]
-            if not len(todo):
-                break
+        holds. For each class subset S with devices in v, the least theta at which the
+        classes reachable from S (``min_{c in S} P[c, d] <= theta``) hold as many of w's
+        devices as S holds of v's; B is the largest of those. O(n 2^m m), in chunks of
+        BETWEEN_CHUNK rows."""
+        out = np.empty(len(v))
+        for at in range(0, len(v), BETWEEN_CHUNK):
+            vv, ww = v[at:at + BETWEEN_CHUNK], w[at:at + BETWEEN_CHUNK]
+            need = vv @ self.subsets.T  # (n, S)
+            held = np.cumsum(ww[:, self.reach_order], axis=2)  # (n, S, m): w's devices reached, in order
+            k = (held < need[:, :, None]).sum(axis=2)  # classes needed before S's demand is met
+            short = k >= self.m  # w too small for v (unequal sums): no level holds
+            theta = np.take_along_axis(np.broadcast_to(self.reach_at, need.shape + (self.m,)),
+                                       np.minimum(k, self.m - 1)[:, :, None], axis=2)[:, :, 0]
+            theta = np.where(need > 0, theta, self.levels[0])
+            out[at:at + BETWEEN_CHUNK] = np.where(short.any(axis=1), self.levels[-1], theta.max(axis=1))
         return out
 
 
@@ -267,6 +277,19 @@ def _complements(keys: np.ndarray, rank: np.ndarray, sorted_keys: np.ndarray, or
     return i, order[np.repeat(lo[rows], n) + offset]
 
 
+def _unique_rows(rows: np.ndarray, base: int) -> np.ndarray:
+    """``np.unique(rows, axis=0)`` for rows of integers in ``[0, base)``: one integer key a
+    row (its entries as digits, the first most significant), so the rows come out in the
+    same lexicographic order; ten times faster (0.3 s of 0.8 s at 80 GPUs). Falls back to
+    ``np.unique(axis=0)`` when a key could pass 62 bits. O(R log R)."""
+    q = rows.shape[1]
+    if q * float(np.log2(max(base, 2))) >= 62:
+        return np.unique(rows, axis=0)
+    keys = rows @ (base ** np.arange(q - 1, -1, -1, dtype=np.int64))
+    _, first = np.unique(keys, return_index=True)
+    return rows[first]
+
+
 def best_structures(coarse: Coarse, vecs: np.ndarray, d_pp: int, most: int,
                     pair_most: int = PAIR_MOST, join_most: int = JOIN_MOST,
                     stop: Callable[[], bool] = lambda: False,
@@ -300,12 +323,12 @@ def best_structures(coarse: Coarse, vecs: np.ndarray, d_pp: int, most: int,
     i, j = _complements(pkey[short], rank, sorted_keys, order, zkey, join_most)
     found.append(np.stack([pa[short[i]], pb[short[i]], pa[j], pb[j]], axis=1))
     out: list[tuple[float, list[tuple[np.ndarray, int]]]] = []
-    floors: dict[int, float] = {}
+    floors = np.full((nv, nv), np.nan)  # B of two vectors (symmetric), found as needed
     cross = float(coarse.p[~np.eye(m, dtype=bool)].min())  # every edge between runs costs this
     for ids in found:
         if not len(ids):
             continue
-        ids = np.unique(np.sort(ids, axis=1), axis=0)
+        ids = _unique_rows(np.sort(ids, axis=1), len(tl))
         vi = ti[ids]
         q = ids.shape[1]
         distinct = (np.diff(np.sort(vi, axis=1), axis=1) != 0).all(axis=1)
@@ -322,18 +345,14 @@ def best_structures(coarse: Coarse, vecs: np.ndarray, d_pp: int, most: int,
             edge = np.zeros((len(rows), len(orders)))
             if q > 1:
                 v = vi[rows]
-                lo, hi = np.minimum(v[:, :, None], v[:, None, :]), np.maximum(v[:, :, None], v[:, None, :])
-                keys = np.unique((lo * nv + hi)[:, ~np.eye(q, dtype=bool)])
-                new = np.array([k for k in keys.tolist() if k not in floors], dtype=np.int64)
-                if len(new):
-                    floors.update(zip(new.tolist(), coarse.between(vecs[new // nv], vecs[new % nv]).tolist()))
-                floor = np.array([floors[k] for k in keys.tolist()])
-
-                def b(x, y):
-                    return floor[np.searchsorted(keys, np.minimum(x, y) * nv + np.maximum(x, y))]
-
+                keys = (np.minimum(v[:, :, None], v[:, None, :]) * nv
+                        + np.maximum(v[:, :, None], v[:, None, :]))[:, ~np.eye(q, dtype=bool)]
+                keys = np.unique(keys[np.isnan(floors.flat[keys])])
+                if len(keys):
+                    lo, hi = keys // nv, keys % nv
+                    floors[lo, hi] = floors[hi, lo] = coarse.between(vecs[lo], vecs[hi])
                 for k, o in enumerate(orders):
-                    edge[:, k] = sum(b(v[:, o[s]], v[:, o[s + 1]]) for s in range(q - 1))
+                    edge[:, k] = sum(floors[v[:, o[s]], v[:, o[s + 1]]] for s in range(q - 1))
             best = edge.argmin(axis=1)
             cost = part[rows] + 2.0 * edge[np.arange(len(rows)), best]
             for r in np.argsort(cost, kind="stable")[:most]:
