@@ -104,6 +104,7 @@ class ConsoleFooter(Footer):
     COMPACT_BELOW = 120
     BARE_BELOW = 100
     NARROW_HIDDEN = ("save", "quit")
+    _bare: bool | None = None  #: whether the last layout left NARROW_HIDDEN out
 
     def compose(self) -> ComposeResult:
         bare = 0 < self.size.width < self.BARE_BELOW
@@ -116,6 +117,6 @@ class ConsoleFooter(Footer):
         self.compact = narrow
         self.show_command_palette = not narrow
         bare = event.size.width < self.BARE_BELOW
-        if bare != getattr(self, "_bare", None):
+        if bare != self._bare:
             self._bare = bare
             self.refresh(recompose=True)

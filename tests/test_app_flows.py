@@ -161,12 +161,18 @@ async def test_a_later_run_keeps_the_strongest_bound_of_the_same_instance(monkey
         second = app.session.current
         assert second.bound == pytest.approx(first.bound)
         assert f"lower bound {first.bound:.2f} s" in text_of(screen.query_one("#solve-status"))
+        # a bound above a run's Comm is no bound (a session file's could be): never taken
+        app.session.solutions.append(dataclasses.replace(first, name="from a file", bound=second.fun + 1.0))
+        await pilot.press("ctrl+r")
+        await wait_until(lambda: len(app.session.solutions) == 4 and not screen.running, timeout=30)
+        assert app.session.current.bound == pytest.approx(first.bound)
+        assert app.session.current.bound <= app.session.current.fun
         # another workload is another instance: its own bound
         monkeypatch.setattr(solver.bounds, "lower_bound", real)
         screen.query_one("#form-d_pp", Input).value = "4"
         screen.query_one("#form-d_dp", Input).value = "16"
         await pilot.press("ctrl+r")
-        await wait_until(lambda: len(app.session.solutions) == 3 and not screen.running, timeout=30)
+        await wait_until(lambda: len(app.session.solutions) == 5 and not screen.running, timeout=30)
         third = app.session.current
         assert third.workload != first.workload and third.bound != pytest.approx(first.bound)
 
