@@ -209,11 +209,11 @@ class GeoConsoleApp(App[int]):
         if isinstance(self.screen, ConfirmDialog):
             return
         watch = bool(busy)
-        shown = {"dirty": self.dirty, "running": watch}  # what the question said last
+        shown = {"dirty": self.dirty, "running": list(busy or [])}  # what the question said last
 
         def text() -> tuple[str, str]:
             running = self.running_work() if watch else []
-            shown["dirty"], shown["running"] = self.dirty, bool(running)
+            shown["dirty"], shown["running"] = self.dirty, list(running)
             lines = list(running)
             if watch and not running:
                 lines.append("The running work has ended.")
@@ -230,7 +230,8 @@ class GeoConsoleApp(App[int]):
         def answered(yes: bool) -> None:
             if not yes:
                 return
-            ended = shown["running"] and not self.running_work()
+            now = self.running_work()
+            ended = any(line not in now for line in shown["running"])  # said to run, ended since
             if self.dirty and (not shown["dirty"] or ended):  # changed since the question last did
                 self._confirm_discard(what, then, self.running_work())
                 return

@@ -57,6 +57,8 @@ MAX_INVENTORY_BYTES = 64 << 20
 #: Most hosts in one inventory: the placement is built for up to 4 096 GPUs, and a file
 #: of hundreds of thousands of lines took 20 s to resolve before it was refused.
 MAX_HOSTS = 8192
+#: A line that opens a ``[[hosts]]`` table (counted before the TOML is parsed).
+_HOSTS_HEADER = re.compile(r"^[ \t]*\[\[[ \t]*hosts[ \t]*\]\]", re.MULTILINE)
 
 _HOST_FIELDS = {
     "name", "address", "port", "user", "identity", "python", "interface", "gpus",
@@ -262,6 +264,9 @@ def load_inventory(path: str | os.PathLike[str], *,
 
 
 def _toml_entries(path: Path, text: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    headers = len(_HOSTS_HEADER.findall(text))  # before parsing: 64 MB of TOML takes about 20 s
+    if headers > MAX_HOSTS:
+        raise InventoryError(f"{path}: {headers} [[hosts]] entries; at most {MAX_HOSTS}")
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -76,6 +76,8 @@ class ConfirmDialog(ModalScreen[bool]):
             self.set_interval(self.REFRESH_S, self._show_now)
 
     def _show_now(self) -> None:
+        if self.app.screen is not self:  # answered (or covered): the question is no longer read
+            return
         title, body = self._refresh_text()
         if (title, body) != (self.title_text, self.body):
             self.title_text, self.body = title, body

@@ -297,12 +297,13 @@ class SolveScreen(ConsoleScreen):
     def _strongest_bound(self, message: Finished) -> float | None:
         """The run's lower bound, or a stronger one an earlier solve of the same fabric,
         labels and workload found (a cancelled or shorter run computes a weaker one; each
-        is valid, so the largest is), never one above this run's Comm (no valid bound is:
-        a session file's could be)."""
-        fun = float(message.result.fun)
-        same = [s.bound for s in self.session.solutions if s.bound is not None and s.bound <= fun
-                and s.digest == message.digest and s.workload == message.options.workload]
-        found = same + ([] if message.bound is None else [float(message.bound)])
+        is valid, so the largest is), never one above a Comm reached there (no valid bound
+        is: a session file's could be)."""
+        same = [s for s in self.session.solutions
+                if s.digest == message.digest and s.workload == message.options.workload]
+        reached = min([float(message.result.fun)] + [s.fun for s in same])
+        found = [s.bound for s in same if s.bound is not None and s.bound <= reached]
+        found += [] if message.bound is None else [float(message.bound)]
         return max(found) if found else None
 
     def _status_text(self, fun: float, nit: int, nfev: int, elapsed: float, phase: str, done: str = "",

@@ -104,7 +104,7 @@ class ConsoleFooter(Footer):
     COMPACT_BELOW = 120
     BARE_BELOW = 100
     NARROW_HIDDEN = ("save", "quit")
-    _bare: bool | None = None  #: whether the last layout left NARROW_HIDDEN out
+    _layout: tuple[bool, bool] | None = None  #: (compact, without NARROW_HIDDEN) as last laid out
 
     def compose(self) -> ComposeResult:
         bare = 0 < self.size.width < self.BARE_BELOW
@@ -114,9 +114,9 @@ class ConsoleFooter(Footer):
 
     def on_resize(self, event: events.Resize) -> None:
         narrow = event.size.width < self.COMPACT_BELOW
-        self.compact = narrow
-        self.show_command_palette = not narrow
         bare = event.size.width < self.BARE_BELOW
-        if bare != self._bare:
-            self._bare = bare
+        if (narrow, bare) != self._layout:  # the palette hint is drawn only by a recompose
+            self._layout = (narrow, bare)
+            self.compact = narrow
+            self.show_command_palette = not narrow
             self.refresh(recompose=True)

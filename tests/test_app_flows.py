@@ -167,12 +167,18 @@ async def test_a_later_run_keeps_the_strongest_bound_of_the_same_instance(monkey
         await wait_until(lambda: len(app.session.solutions) == 4 and not screen.running, timeout=30)
         assert app.session.current.bound == pytest.approx(first.bound)
         assert app.session.current.bound <= app.session.current.fun
+        # ... nor one above a Comm reached on the instance (a file's pair of solutions)
+        app.session.solutions += [dataclasses.replace(first, name="low", fun=first.bound + 0.5),
+                                  dataclasses.replace(first, name="high", bound=first.bound + 1.0)]
+        await pilot.press("ctrl+r")
+        await wait_until(lambda: len(app.session.solutions) == 7 and not screen.running, timeout=30)
+        assert app.session.current.bound == pytest.approx(first.bound)
         # another workload is another instance: its own bound
         monkeypatch.setattr(solver.bounds, "lower_bound", real)
         screen.query_one("#form-d_pp", Input).value = "4"
         screen.query_one("#form-d_dp", Input).value = "16"
         await pilot.press("ctrl+r")
-        await wait_until(lambda: len(app.session.solutions) == 5 and not screen.running, timeout=30)
+        await wait_until(lambda: len(app.session.solutions) == 8 and not screen.running, timeout=30)
         third = app.session.current
         assert third.workload != first.workload and third.bound != pytest.approx(first.bound)
 
@@ -676,3 +682,50 @@ async def test_every_footer_fits_the_terminal(width):
             assert footer.virtual_size.width <= width, (mode, footer.virtual_size.width)
             assert "help" in actions, mode
             assert (("quit" in actions) and ("save" in actions)) == (width >= 100), mode
+
+
+async def test_the_footer_follows_a_resize_across_both_widths():
+    """Shrunk from 160 to 105 columns the palette hint stayed, and grown from 90 past 120
+    it stayed away: only the 100-column change redrew the footer."""
+    from textual.widgets import Footer
+
+    app = demo_app()
+    async with app.run_test(size=(160, 24)) as pilot:
+        await pilot.press("4")
+        await pilot.pause()
+
+        def keys() -> set[str]:
+            footer = app.screen.query_one(Footer)
+            palette = {"command_palette"} if footer.query("FooterKey.-command-palette") else set()
+            return {w.action for w in footer.query("FooterKey")} - {"app.command_palette"} | palette
+
+        for width, palette, quit_key in ((160, True, True), (105, False, True), (90, False, False),
+                                         (110, False, True), (130, True, True)):
+            await pilot.resize_terminal(width, 24)
+            await pilot.pause()
+            await wait_until(lambda: ("command_palette" in keys()) == palette and ("quit" in keys()) == quit_key)
+
+
+async def test_quit_asks_again_when_one_of_two_running_works_ended_unseen(monkeypatch):
+    """A solve and a launch ran, the session unsaved; the solve ended before the dialog
+    looked again and y quit, though the dialog still said the solve ran (it tracked only
+    whether anything ran). Now y asks again."""
+    from geoconsole.app import BUSY
+
+    monkeypatch.setattr(ConfirmDialog, "REFRESH_S", 3600.0)
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        now = [BUSY["solve"], BUSY["launch"]]
+        monkeypatch.setattr(app, "running_work", lambda: list(now))
+        app.dirty = True
+        quit_called = []
+        app._confirm_discard("Quit", lambda: quit_called.append(1), list(now))
+        await wait_until(lambda: isinstance(app.screen, ConfirmDialog))
+        first = app.screen
+        assert BUSY["solve"] in str(first.body)
+        now.remove(BUSY["solve"])  # the solve ends; the launch goes on
+        app.simulate_key("y")
+        await wait_until(lambda: isinstance(app.screen, ConfirmDialog) and app.screen is not first)
+        assert not quit_called and BUSY["solve"] not in str(app.screen.body)
+        app.simulate_key("y")
+        await wait_until(lambda: quit_called == [1])

@@ -229,6 +229,7 @@ def test_an_inventory_of_more_hosts_than_placed_is_refused_at_once(tmp_path):
     with pytest.raises(InventoryError, match=rf"big-hostfile:{MAX_HOSTS + 2}: more than {MAX_HOSTS} hosts"):
         load_inventory(big, ssh_config=None)
     toml = tmp_path / "big.toml"
-    toml.write_text("".join(f'[[hosts]]\naddress = "w{i}"\n' for i in range(MAX_HOSTS + 1)))
+    # counted before the TOML is parsed: a syntax error after them is not reached
+    toml.write_text("".join(f'[[hosts]]\naddress = "w{i}"\n' for i in range(MAX_HOSTS + 1)) + "not = = toml\n")
     with pytest.raises(InventoryError, match=rf"big.toml: {MAX_HOSTS + 1} \[\[hosts\]\] entries; at most {MAX_HOSTS}"):
         load_inventory(toml, ssh_config=None)

@@ -24,7 +24,7 @@ from geoconsole.cli.options import (C_DP, C_PP, DP, DP_MSG, ESTIMATE, FILL_MISSI
                                     JSON_OUT, LEARN, MATRIX, PP, PP_MSG, RANK_MAP, RECORD, REGIONS,
                                     DP_OF_MAP, PP_OF_MAP, check_rank_map, load_fabric)
 from geoconsole.prepare import workload_for
-from geoconsole.solving import MAX_BASELINE_SAMPLES, MAX_RESTARTS, MAX_SEED, MAX_TIME_LIMIT_S, MIN_TIME_LIMIT_S
+from geoconsole.solving import MAX_BASELINE_SAMPLES, MAX_BUDGET, MAX_RESTARTS, MAX_SEED, MAX_TIME_LIMIT_S, MIN_TIME_LIMIT_S
 
 
 def prepare_flags(fabric, workload, *, group_locality, regions, fill, estimates, learn, exclude=None):
@@ -175,7 +175,7 @@ def solve_command(
     baseline_samples: int = typer.Option(200, "--baseline-samples", min=0, max=MAX_BASELINE_SAMPLES,
                                          help="Random placements per baseline (they count against --time-limit)."),
     seed: int = typer.Option(0, "--seed", min=0, max=MAX_SEED, help="Random seed (same inputs + seed = same output)."),
-    budget: Optional[int] = typer.Option(None, "--budget", min=0, help="Most swaps to score (default grows with N)."),
+    budget: Optional[int] = typer.Option(None, "--budget", min=0, max=MAX_BUDGET, help="Most swaps to score (default grows with N)."),
     restarts: int = typer.Option(3, "--restarts", min=0, max=MAX_RESTARTS, help="Without --time-limit: stop after this many anytime rounds without improvement (0: topology starts only)."),
     time_limit: Optional[float] = typer.Option(None, "--time-limit", min=MIN_TIME_LIMIT_S, max=MAX_TIME_LIMIT_S, help="Keep improving for this many seconds, then print the best."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, max=1024, help="Search processes (default: the cores this process may use)."),
