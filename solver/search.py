@@ -433,11 +433,11 @@ def _starts_phase(run: _Run, model: CostModel, rng, starts: list[tuple[str, np.n
 
 def _window_stop(seconds: float | None) -> Callable[[], bool]:
     """A ``stop()`` that turns true ``seconds`` after its first call (never for None)."""
+    if seconds is None:
+        return lambda: False
     until: list[float] = []
 
     def stop() -> bool:
-        if seconds is None:
-            return False
         if not until:
             until.append(time.monotonic() + seconds)
         return time.monotonic() > until[0]

@@ -24,6 +24,23 @@ def random_model(rng, d_pp, d_dp, *, clustered=False):
     return CostModel(t_pp, t_dp, Workload(d_pp, d_dp, 1.0, 1.0))
 
 
+def tiered_model(group, region, tiers, spread, d_pp, d_dp, seed=0):
+    """Devices in groups (hosts, sites) of regions: for T_pp, then T_dp, the ``tiers``
+    entry ``(inside a group, between groups of a region, between regions)``, each pair
+    times a draw from ``uniform(*spread)``, made symmetric."""
+    rng = np.random.default_rng(seed)
+    n = len(group)
+    mats = []
+    for inside, near, far in tiers:
+        t = np.where(group[:, None] == group[None, :], inside,
+                     np.where(region[:, None] == region[None, :], near, far))
+        t = t * rng.uniform(*spread, (n, n))
+        t = (t + t.T) / 2
+        np.fill_diagonal(t, 0)
+        mats.append(t)
+    return CostModel(mats[0], mats[1], Workload(d_pp, d_dp, 1.0, 1.0))
+
+
 def comm_of_grid(t_pp, t_dp, grid):
     """Comm of a grid written out term by term from the spec's formulas."""
     r, p = grid.shape

@@ -4,6 +4,7 @@ import numpy as np
 
 from solver.cost import CostModel
 from solver.rebalance import levels, rebalance
+from solver_oracles import tiered_model
 from solver.workload import Workload
 
 
@@ -17,17 +18,10 @@ def _two_sites(d_pp=4, d_dp=4, seed=0, first=None):
 
 def _sites(sizes, d_pp, d_dp, pp=(0.1, 1.0), dp=(0.05, 5.0), seed=0):
     """Sites of ``sizes`` devices; ``pp`` and ``dp``: (inside a site, between sites)."""
-    rng = np.random.default_rng(seed)
     site = np.repeat(np.arange(len(sizes)), sizes)
-    same = site[:, None] == site[None, :]
-    n = len(site)
-    mats = []
-    for inside, between in (pp, dp):
-        t = np.where(same, inside, between) * rng.uniform(0.9, 1.1, (n, n))
-        t = (t + t.T) / 2
-        np.fill_diagonal(t, 0)
-        mats.append(t)
-    return CostModel(mats[0], mats[1], Workload(d_pp, d_dp, 1.0, 1.0)), site
+    one = np.zeros(len(site), dtype=int)  # one region: "between groups of a region" is every cross-site pair
+    tiers = [(inside, between, between) for inside, between in (pp, dp)]
+    return tiered_model(site, one, tiers, (0.9, 1.1), d_pp, d_dp, seed), site
 
 
 def _only_with(monkeypatch, flag, model, grid, lv, before, **kw):
@@ -142,19 +136,9 @@ def test_a_mixed_run_is_gathered_when_its_datap_rules(monkeypatch):
 def _regions_of_hosts(hosts, regions, d_pp, d_dp, seed=0):
     """Hosts of ``hosts`` devices in ``regions[h]``; T_pp 0.1 / 1 / 10 and T_dp 0.05 /
     0.5 / 5 inside a host / between hosts of a region / between regions (x [0.95, 1.05])."""
-    rng = np.random.default_rng(seed)
     host = np.repeat(np.arange(len(hosts)), hosts)
     reg = np.array([regions[h] for h in host])
-    n = len(host)
-    mats = []
-    for inside, region, between in ((0.1, 1.0, 10.0), (0.05, 0.5, 5.0)):
-        t = np.where(host[:, None] == host[None, :], inside,
-                     np.where(reg[:, None] == reg[None, :], region, between))
-        t = t * rng.uniform(0.95, 1.05, (n, n))
-        t = (t + t.T) / 2
-        np.fill_diagonal(t, 0)
-        mats.append(t)
-    return CostModel(mats[0], mats[1], Workload(d_pp, d_dp, 1.0, 1.0)), host, reg
+    return tiered_model(host, reg, ((0.1, 1.0, 10.0), (0.05, 0.5, 5.0)), (0.95, 1.05), d_pp, d_dp, seed), host, reg
 
 
 def test_the_fine_level_is_the_hosts():

@@ -15,6 +15,7 @@ from solver import structures
 from solver.cost import CostModel
 from solver.structures import Coarse, best_structures, classes, deal, structure_starts, vectors
 from solver.workload import Workload
+from solver_oracles import tiered_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
@@ -24,19 +25,9 @@ from hierarchical import suite_instance  # noqa: E402
 def _sites(sizes, d_pp, d_dp, seed=0):
     """Sites of ``sizes`` devices in two regions (the first half of the sites, the rest);
     links inside a site cheap, across sites of a region dearer, across regions dearest."""
-    rng = np.random.default_rng(seed)
     site = np.repeat(np.arange(len(sizes)), sizes)
     region = (site >= len(sizes) // 2).astype(int)
-    n = len(site)
-    mats = []
-    for inside, near, far in ((0.1, 1.0, 4.0), (0.05, 0.5, 3.0)):
-        t = np.where(site[:, None] == site[None, :], inside,
-                     np.where(region[:, None] == region[None, :], near, far))
-        t = t * rng.uniform(0.9, 1.1, (n, n))
-        t = (t + t.T) / 2
-        np.fill_diagonal(t, 0)
-        mats.append(t)
-    return CostModel(mats[0], mats[1], Workload(d_pp, d_dp, 1.0, 1.0)), site
+    return tiered_model(site, region, ((0.1, 1.0, 4.0), (0.05, 0.5, 3.0)), (0.9, 1.1), d_pp, d_dp, seed), site
 
 
 def _cost(coarse: Coarse, runs) -> float:
