@@ -8,6 +8,7 @@ callback raises ``StopIteration`` and ``solve`` returns the best placement so fa
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
@@ -45,6 +46,18 @@ SOLVING_SWITCH_INTERVAL_S = 0.0005
 def baseline_samples(n: int) -> int:
     """Random placements to sample: the spec's 200 on small fabrics, fewer on huge ones."""
     return 200 if n <= 128 else 40 if n <= 512 else 10
+
+
+def strongest_bound(known: list[tuple[float, float | None]], comm: float, bound: float | None) -> float | None:
+    """A run's lower bound ``bound``, or a stronger one an earlier solve of the same
+    fabric, labels and workload found (``known``: their (Comm, bound) pairs; a cancelled
+    or shorter run computes a weaker bound; each is valid, so the largest is), never one
+    above a Comm reached there, the run's ``comm`` included (no valid bound is: a session
+    file's could be)."""
+    reached = min([comm] + [fun for fun, _b in known])
+    found = [b for _f, b in known if b is not None and b <= reached]
+    found += [] if bound is None else [float(bound)]
+    return max(found) if found else None
 
 
 class SolveScreen(ConsoleScreen):
@@ -173,7 +186,10 @@ class SolveScreen(ConsoleScreen):
         self.query_one(Histogram).show({}, None, None)
         self.query_one("#solve-advice", Static).display = False
         self.query_one("#solve-status", Static).update("Computing the lower bound...")
-        self.run_solver(model, prepared, options, self.session.digest())
+        digest = self.session.digest()
+        known = [(s.fun, s.bound) for s in self.session.solutions
+                 if s.digest == digest and s.workload == options.workload]
+        self.run_solver(model, prepared, options, digest, known)
 
     def on_unmount(self) -> None:
         # A thread cannot be killed: make the solver stop so the app can exit promptly.
@@ -207,22 +223,26 @@ class SolveScreen(ConsoleScreen):
 
     # -- the worker (runs in a thread) ---------------------------------------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="solve", description="solve placement")
-    def run_solver(self, model: Any, prepared: Any, options: SolveOptions, digest: str) -> None:
+    def run_solver(self, model: Any, prepared: Any, options: SolveOptions, digest: str,
+                   known: list[tuple[float, float | None]]) -> None:
+        """``known``: (Comm, bound) of the earlier solves of the same instance."""
         previous_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(previous_interval, SOLVING_SWITCH_INTERVAL_S))
         try:
-            self._solve_and_report(model, prepared, options, digest)
+            self._solve_and_report(model, prepared, options, digest, known)
         finally:
             sys.setswitchinterval(previous_interval)
 
-    def _solve_and_report(self, model: Any, prepared: Any, options: SolveOptions, digest: str) -> None:
+    def _solve_and_report(self, model: Any, prepared: Any, options: SolveOptions, digest: str,
+                          known: list[tuple[float, float | None]]) -> None:
+        import dataclasses
+
         from geoconsole import solving
         from solver.bounds import bound_budget_s, lower_bound
 
         started = time.monotonic()  # the time limit covers the bound too
         found_bound = lower_bound(model, bound_budget_s(options.time_limit), stop=self._cancel.is_set)
-        bound = found_bound.value
-        self.post_message(self.Started(bound))
+        self.post_message(self.Started(strongest_bound(known, math.inf, found_bound.value)))
         last = [0.0]
 
         def callback(progress: Any) -> None:
@@ -238,7 +258,10 @@ class SolveScreen(ConsoleScreen):
         baselines = {d.name: [float(v) for v in d.values] for d in outcome.baselines}
         from geoconsole.advice import for_solve  # one small re-solve: the poor-device check
 
-        found = for_solve(prepared.fabric, model, outcome.result, outcome.baselines, outcome.bound,
+        # the advice judges the answer by the strongest bound known, as the screen shows it
+        bound = strongest_bound(known, float(outcome.result.fun), found_bound.value)
+        found = for_solve(prepared.fabric, model, outcome.result, outcome.baselines,
+                          dataclasses.replace(found_bound, value=bound),
                           now=self.app.clock(), check_device=not self._cancel.is_set(),
                           time_limit=options.time_limit)
         self.post_message(self.Finished(outcome.result, bound, baselines, options, digest,
@@ -295,16 +318,10 @@ class SolveScreen(ConsoleScreen):
         self.post_message(SessionChanged(f"{solution.name}: Comm {solution.fun:.2f} s"))
 
     def _strongest_bound(self, message: Finished) -> float | None:
-        """The run's lower bound, or a stronger one an earlier solve of the same fabric,
-        labels and workload found (a cancelled or shorter run computes a weaker one; each
-        is valid, so the largest is), never one above a Comm reached there (no valid bound
-        is: a session file's could be)."""
-        same = [s for s in self.session.solutions
+        """:func:`strongest_bound` over the session's solves of the run's instance now."""
+        same = [(s.fun, s.bound) for s in self.session.solutions
                 if s.digest == message.digest and s.workload == message.options.workload]
-        reached = min([float(message.result.fun)] + [s.fun for s in same])
-        found = [s.bound for s in same if s.bound is not None and s.bound <= reached]
-        found += [] if message.bound is None else [float(message.bound)]
-        return max(found) if found else None
+        return strongest_bound(same, float(message.result.fun), message.bound)
 
     def _status_text(self, fun: float, nit: int, nfev: int, elapsed: float, phase: str, done: str = "",
                      eta: float | None = None, found_by: str = "") -> Text:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 
 import numpy as np
@@ -140,6 +141,18 @@ async def test_a_cancelled_run_that_does_not_beat_the_plan_leaves_it_the_plan():
         assert f"is not below {plan.name}'s {plan.fun:.2f} s: {plan.name} stays the plan" in status
 
 
+def test_strongest_bound_takes_the_largest_valid_one():
+    from screens.solve import strongest_bound
+
+    assert strongest_bound([], 50.0, 40.0) == 40.0
+    assert strongest_bound([(51.0, 45.0), (52.0, None)], 50.0, 40.0) == 45.0
+    assert strongest_bound([(51.0, 45.0)], 50.0, 46.0) == 46.0  # the run's own is stronger
+    assert strongest_bound([(51.0, 51.0)], 50.0, 40.0) == 40.0  # above the run's Comm: no bound
+    assert strongest_bound([(44.0, 40.0), (60.0, 45.0)], 50.0, 30.0) == 40.0  # above a Comm reached
+    assert strongest_bound([(44.0, 40.0)], math.inf, 30.0) == 40.0  # before the run's Comm is known
+    assert strongest_bound([(44.0, None)], 50.0, None) is None
+
+
 async def test_a_later_run_keeps_the_strongest_bound_of_the_same_instance(monkeypatch):
     """A second solve whose bound came out weaker (cut short) kept it: the console showed
     a wider gap for a better answer, though the first run's bound still held."""
@@ -155,11 +168,18 @@ async def test_a_later_run_keeps_the_strongest_bound_of_the_same_instance(monkey
         real = solver.bounds.lower_bound
         monkeypatch.setattr(solver.bounds, "lower_bound",
                             lambda *a, **k: dataclasses.replace(real(*a, **k), value=first.bound - 10.0))
+        import geoconsole.advice
+
+        judged = []  # the bound the advice judged the answer by (it was the run's own)
+        real_advice = geoconsole.advice.for_solve
+        monkeypatch.setattr(geoconsole.advice, "for_solve",
+                            lambda *a, **k: judged.append(a[4].value) or real_advice(*a, **k))
         screen.query_one("#form-budget", Input).value = "2000"
         await pilot.press("ctrl+r")
         await wait_until(lambda: len(app.session.solutions) == 2 and not screen.running, timeout=30)
         second = app.session.current
         assert second.bound == pytest.approx(first.bound)
+        assert judged == [pytest.approx(first.bound)]
         assert f"lower bound {first.bound:.2f} s" in text_of(screen.query_one("#solve-status"))
         # a bound above a run's Comm is no bound (a session file's could be): never taken
         app.session.solutions.append(dataclasses.replace(first, name="from a file", bound=second.fun + 1.0))
