@@ -14,7 +14,9 @@ it is given; otherwise it reports a lower bound beside its answer (solver.bounds
    matchings and best pipeline order); they are descended best first (solver.descent);
    a start more than SKIP_START_RATIO worse than the best so far is not descended.
    Beside them, the structure starts (solver.structures): layouts of a few runs of
-   stage groups with equal class counts, chosen on a coarse model and dealt.
+   stage groups with equal class counts, chosen on a coarse model and dealt. Where that
+   model prefers them clearly to every topology start, they alone are polished and
+   descended (``_phase_starts``).
 3. Anytime rounds (solver.workers, solver.anytime, solver.tempering): ``workers``
    processes each continue a parallel-tempering ladder into which the best placement
    known is injected, in rounds; each round ends with a descent of the worker's best
@@ -75,6 +77,11 @@ BLOCK_STARTS = True
 STRUCTURE_STARTS = True
 #: Origin ladders take the structure starts first (``_origins``).
 STRUCTURE_ORIGINS_FIRST = True
+#: Where the structure starts are cheaper on their coarse model than every topology
+#: start by more than this share, the starts phase polishes and descends only those
+#: within this share of the cheapest (``_phase_starts``; None: never); the topology
+#: starts still lead origin ladders.
+STRUCTURES_LEAD = 0.015
 
 #: A second worker is handed the other layout's best start when that is at most this
 #: much worse than the best start (solver.search._firsts; a lineage keeps it only as its
@@ -431,6 +438,32 @@ def _starts_phase(run: _Run, model: CostModel, rng, starts: list[tuple[str, np.n
     run.other_start = _other_layout(list(results.values()))
 
 
+def _phase_starts(model: CostModel, starts: list[tuple[str, np.ndarray]]) -> list[tuple[str, np.ndarray]]:
+    """The starts the starts phase takes: where the coarse model prefers the structure
+    starts to every topology start by more than STRUCTURES_LEAD, only the structure
+    starts within STRUCTURES_LEAD of its cheapest (solver.structures.leading), else all.
+    O(S N) for S starts, besides the classes (O(N^2)).
+
+    Why: a dealt structure polishes worse than the best topology start, so the rounds
+    began from that start, though from the structure they reach a better basin. On the
+    draw-3 64-GPU 16 x 4 suite instance the coarse optimum (runs 3+7+3+1+2, coarse cost
+    43.83 against 47.89 for the best topology start) polishes to 39.23 against a block
+    start's 37.75; 10 s runs (2 workers, seeds 0-4) from the block start ended at
+    33.46-34.11 s, from the structures alone at 33.43 s on every seed. Only the near
+    ties among the structures: on draw-1 12 x 8 (coarse 48.06, 48.84 and 49.06) the
+    second or third polished best in some seeds and led to a 39.3 s basin (38.55-39.28
+    s with all three, 38.43-38.64 s on ten seeds with the first alone); on draw-3 12 x 8
+    (44.55, 45.00, 45.03) the first alone gave 34.36-34.58 s, all three 33.01-33.18 s.
+    Where structures and topology starts are about even on the coarse model (the demo
+    fabric: 79.65 against 80.24) the starts' Comm decides, as before."""
+    found = [s for s in starts if _structure(s[0])]
+    if STRUCTURES_LEAD is None or not found:
+        return starts
+    others = [grid for name, grid in starts if not _structure(name)]
+    lead = structures.leading(model, [g for _, g in found], others, STRUCTURES_LEAD)
+    return [found[k] for k in lead] if lead else starts
+
+
 def _window_stop(seconds: float | None) -> Callable[[], bool]:
     """A ``stop()`` that turns true ``seconds`` after its first call (never for None)."""
     if seconds is None:
@@ -608,7 +641,7 @@ def solve(
         starter.start()
         try:
             try:
-                _starts_phase(run, model, rng, starts)
+                _starts_phase(run, model, rng, _phase_starts(model, starts))
             finally:
                 run.phase_deadline = None
             while starter.is_alive():  # a cancel ends the start (the pool tests the deadline)

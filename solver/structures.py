@@ -35,16 +35,24 @@ streams, where the same ladder from the 40 s basin's structures stayed at 40.0-4
 Enumeration (``best_structures``). Every class vector is listed class by class (none
 when there are more than COVER times VECTOR_MOST, or when the partial lists pass
 PARTIAL_MOST rows), and the VECTOR_MOST of lowest ``D`` are kept. *Terms* ``(v, L)``
-with ``L v <= z``; structures of 1-4 runs of distinct vectors are found by
+with ``L v <= z``; structures of 1-5 runs of distinct vectors are found by
 meet-in-the-middle on the terms' sums (an integer key of the summed vector and length;
 none when that key could pass 62 bits): pairs of terms are tabulated (at most
 PAIR_MOST, else the vectors are halved), and a structure of three (four) runs is a term
 (pair) whose key complements a pair's, the terms (pairs) taken lowest ``D`` first until
-their matches reach JOIN_MOST (the first always; duplicates still counted). Each
-structure's runs are ordered by trying every order (at most 12) with the floors ``B`` of
-its vector pairs. Cost ``O(V m)`` for the vectors, ``O(T^2 m)`` for the pairs (T terms,
-about 2.5 V at 8 stages), ``O(P log P)`` for the joins, ``O(S 2^m m)`` for the floors of
-S structures.
+their matches reach JOIN_MOST (the first always; duplicates still counted). One of five
+runs is a term and a pair (a query within ``z``) whose key a pair complements, each set
+of five terms once (``_fives``); the queries' pairs are taken lowest ``D`` first until
+FIVE_WORK_MOST queries were tried or the matches reach JOIN_MOST, and they are joined
+last, so a stop during them leaves the structures of fewer runs. Long pipelines need
+them: on the draw-3 64-GPU 16 x 4 suite instance the best basin (33.43 s) has the runs
+``3 x (0,4,0,0,0), 7 x (0,1,0,3,0), 3 x (1,0,3,0,0), 1 x (3,0,0,0,1), 2 x (1,0,0,0,3)``,
+coarse cost 43.83, where the best of 1-4 runs costs 53.43 (0.3 s with them, 0.02 s
+without). Each structure's runs are ordered by trying every order (a reversed one
+counted once: at most 60) with the floors ``B`` of its vector pairs. Cost ``O(V m)`` for
+the vectors, ``O(T^2 m)`` for the pairs (T terms, about 2.5 V at 8 stages),
+``O(P log P)`` for the joins (``O(W (m + log P))`` for the W = FIVE_WORK_MOST queries of
+five runs), ``O(S 2^m m)`` for the floors of S structures.
 
 Deal (``deal``). The groups of a structure, in pipeline order, take their ``v_c``
 devices of each class from that class's devices in label order (hosts together), so a
@@ -95,6 +103,10 @@ PAIR_MOST = 3_000_000
 #: Matches of three (of four) runs joined: the terms (pairs) are taken lowest coarse
 #: DataP first until their matches reach it (the first always; duplicates counted).
 JOIN_MOST = 300_000
+#: Candidate (pair, term) queries of five-run structures examined at most, and at a time
+#: (``_fives``).
+FIVE_WORK_MOST = 1_000_000
+FIVE_CHUNK = 200_000
 #: Structures priced at a time, lowest floor (coarse DataP and inside edges) first.
 PRICE_CHUNK = 4096
 #: Structures dealt into starts, lowest coarse cost first.
@@ -277,6 +289,46 @@ def _complements(keys: np.ndarray, rank: np.ndarray, sorted_keys: np.ndarray, or
     return i, order[np.repeat(lo[rows], n) + offset]
 
 
+def _fives(tl, ti, tv, tkey, pa, pb, pkey, rank, sorted_keys, order, z, p, zkey, most, work_most, stop):
+    """Structures of five runs as rows of term ids ``(t, a, b, c, d)``: a term ``t``, a
+    query pair ``(a, b)`` and a complementing pair ``(c, d)`` with ``t < a < b < c < d``
+    (each set of five terms once), the query's counts within ``z`` (so the sum of its
+    key and the pair's is the key of the summed counts: no digit carries) and its lengths
+    at most ``p - 2``. Query pairs are taken lowest ``rank`` first, each with every term
+    below its first, a chunk at a time, until the matches reach ``most`` or
+    ``work_most`` (pair, term) candidates were examined. O(work_most (m + log P)).
+    Stopped when ``stop()``."""
+    queries = np.flatnonzero((tl[pa] + tl[pb] <= p - 3) & (pa > 0))
+    queries = queries[np.argsort(rank[queries], kind="stable")]
+    heads = np.cumsum(pa[queries])  # candidates up to each query: the terms below its first
+    found, matches, done = [], 0, 0
+    while done < len(queries) and (not len(found) or heads[done - 1] < work_most):
+        if stop():
+            raise Stopped
+        base = heads[done - 1] if done else 0
+        upto = max(done + 1, int(np.searchsorted(heads, base + FIVE_CHUNK, "right")))
+        q = queries[done:upto]
+        done = upto
+        qq = np.repeat(q, pa[q])
+        tt = np.arange(len(qq)) - np.repeat(np.cumsum(pa[q]) - pa[q], pa[q])  # 0 .. a - 1
+        keep = (tl[pa[qq]] + tl[pb[qq]] + tl[tt] <= p - 2) & (ti[tt] != ti[pa[qq]]) & (ti[tt] != ti[pb[qq]])
+        qq, tt = qq[keep], tt[keep]
+        fit = (tv[pa[qq]] + tv[pb[qq]] + tv[tt] <= z).all(axis=1)
+        qq, tt = qq[fit], tt[fit]
+        want = zkey - (pkey[qq] + tkey[tt])
+        lo = np.searchsorted(sorted_keys, want, "left")
+        n = np.searchsorted(sorted_keys, want, "right") - lo
+        i = np.repeat(np.arange(len(qq)), n)
+        j = order[np.repeat(lo, n) + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)]
+        ok = pb[qq[i]] < pa[j]
+        i, j = i[ok], j[ok]
+        found.append(np.stack([tt[i], pa[qq[i]], pb[qq[i]], pa[j], pb[j]], axis=1))
+        matches += len(j)
+        if matches >= most:
+            break
+    return np.concatenate(found) if found else np.zeros((0, 5), dtype=np.int64)
+
+
 def _unique_rows(rows: np.ndarray, base: int) -> np.ndarray:
     """``np.unique(rows, axis=0)`` for rows of integers in ``[0, base)``: one integer key a
     row (its entries as digits, the first most significant), so the rows come out in the
@@ -292,11 +344,13 @@ def _unique_rows(rows: np.ndarray, base: int) -> np.ndarray:
 
 def best_structures(coarse: Coarse, vecs: np.ndarray, d_pp: int, most: int,
                     pair_most: int = PAIR_MOST, join_most: int = JOIN_MOST,
-                    stop: Callable[[], bool] = lambda: False,
+                    stop: Callable[[], bool] = lambda: False, five_most: int = FIVE_WORK_MOST,
                     ) -> list[tuple[float, list[tuple[np.ndarray, int]]]]:
-    """The ``most`` structures of 1-4 runs of lowest coarse cost over ``vecs``, runs in
+    """The ``most`` structures of 1-5 runs of lowest coarse cost over ``vecs``, runs in
     their best order: ``[(cost, [(v, L), ...]), ...]``, lowest first (module text).
-    OverflowError past ``pair_most`` pairs of terms; Stopped when ``stop()`` turns true."""
+    OverflowError past ``pair_most`` pairs of terms; Stopped when ``stop()`` turns true
+    before the structures of 1-4 runs are priced (after it, the five-run ones found so
+    far count). ``five_most``: (pair, term) candidates of five runs examined (0: none)."""
     z, p, m = coarse.z, d_pp, coarse.m
     values, inside = coarse.data_p(vecs), coarse.inside(vecs)
     nv = len(vecs)
@@ -322,10 +376,19 @@ def best_structures(coarse: Coarse, vecs: np.ndarray, d_pp: int, most: int,
     rank = np.maximum(values[ti[pa[short]]], values[ti[pb[short]]])
     i, j = _complements(pkey[short], rank, sorted_keys, order, zkey, join_most)
     found.append(np.stack([pa[short[i]], pb[short[i]], pa[j], pb[j]], axis=1))
+    if five_most > 0 and p >= 5:  # last, and left out when stopped (see below)
+        found.append(lambda: _fives(tl, ti, tv, tkey, pa, pb, pkey,
+                                    np.maximum(values[ti[pa]], values[ti[pb]]), sorted_keys, order,
+                                    z, p, zkey, join_most, five_most, stop))
     out: list[tuple[float, list[tuple[np.ndarray, int]]]] = []
     floors = np.full((nv, nv), np.nan)  # B of two vectors (symmetric), found as needed
     cross = float(coarse.p[~np.eye(m, dtype=bool)].min())  # every edge between runs costs this
     for ids in found:
+        if callable(ids):  # five runs: when stopped, the structures of fewer stand
+            try:
+                ids = ids()
+            except Stopped:
+                break
         if not len(ids):
             continue
         ids = _unique_rows(np.sort(ids, axis=1), len(tl))
@@ -337,6 +400,8 @@ def best_structures(coarse: Coarse, vecs: np.ndarray, d_pp: int, most: int,
         part = values[vi].max(axis=1) + 2.0 * ((tl[ids] - 1) * inside[vi]).sum(axis=1)
         by = np.argsort(part, kind="stable")
         for at in range(0, len(by), PRICE_CHUNK):  # lowest floors first, until none can enter
+            if stop() and q == 5:
+                break  # the five-run ones priced so far join those of fewer runs
             if stop():
                 raise Stopped
             rows = by[at:at + PRICE_CHUNK]
@@ -376,6 +441,31 @@ def deal(lab: np.ndarray, order: np.ndarray, runs: list[tuple[np.ndarray, int]])
                 taken[c] += k
             cols.append(col)
     return np.array(cols, dtype=np.int64).T
+
+
+def grid_cost(coarse: Coarse, lab: np.ndarray, grid: np.ndarray) -> float:
+    """The coarse cost of a laid-out ``(D_DP, D_PP)`` grid: its stage groups' class
+    vectors, each maximal stretch of equal ones a run (module text). O(N + D_PP 2^m m)."""
+    vecs = np.stack([np.bincount(lab[grid[:, s]], minlength=coarse.m) for s in range(grid.shape[1])])
+    same = (vecs[1:] == vecs[:-1]).all(axis=1)
+    edges = np.where(same, coarse.inside(vecs[:-1]), coarse.between(vecs[:-1], vecs[1:])) if len(same) else []
+    return float(coarse.data_p(vecs).max() + 2.0 * np.sum(edges))
+
+
+def leading(model, structured: list[np.ndarray], others: list[np.ndarray], margin: float) -> list[int]:
+    """Which of the ``structured`` grids lead: none unless the cheapest on the coarse
+    model is cheaper than every one of ``others`` by more than ``margin`` (a fraction of
+    the latter's cost); then those within ``margin`` of the cheapest (the coarse model
+    does not tell them apart), in their order. O(S N) for S grids, besides the classes."""
+    lab = classes(model) if structured else None
+    if lab is None:
+        return []
+    coarse = Coarse(model, lab)
+    costs = [grid_cost(coarse, lab, g) for g in structured]
+    best = min(costs)
+    if others and best >= (1.0 - margin) * min(grid_cost(coarse, lab, g) for g in others):
+        return []
+    return [k for k, c in enumerate(costs) if c <= best / (1.0 - margin)]
 
 
 def structure_starts(model, order: np.ndarray, most: int = STARTS_MOST,

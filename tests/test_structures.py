@@ -39,11 +39,12 @@ def _cost(coarse: Coarse, runs) -> float:
     return float(d + 2 * (inside + edges))
 
 
-def _brute_best(coarse: Coarse, vecs, d_pp: int) -> float:
-    """Least coarse cost over every structure of 1-4 runs of distinct vectors, any order."""
+def _brute_best(coarse: Coarse, vecs, d_pp: int, most_runs: int = 4) -> float:
+    """Least coarse cost over every structure of 1 to ``most_runs`` runs of distinct
+    vectors, any order."""
     best = np.inf
     rows = [tuple(v) for v in vecs.tolist()]
-    for q in range(1, 5):
+    for q in range(1, most_runs + 1):
         for chosen in itertools.combinations(range(len(rows)), q):
             for lengths in itertools.product(range(1, d_pp + 1), repeat=q):
                 if sum(lengths) != d_pp:
@@ -73,6 +74,105 @@ def test_the_enumeration_finds_the_least_coarse_cost_found_by_brute_force():
             assert sum(length for _, length in runs) == 4
             assert np.array_equal(sum(length * v for v, length in runs), coarse.z)
         assert [c for c, _ in found] == sorted(c for c, _ in found)
+
+
+def test_five_runs_are_found_as_brute_force_finds_them():
+    """Six stages of two devices over four sites: structures of five runs exist, and the
+    enumeration's best over 1-5 runs is brute force's (over 1-4 runs without them)."""
+    fives = 0
+    for seed in range(4):
+        model, _ = _sites([4, 4, 2, 2], d_pp=6, d_dp=2, seed=seed)
+        coarse = Coarse(model, classes(model))
+        vecs = vectors(coarse, 2, most=10_000)
+        found = best_structures(coarse, vecs, 6, most=200, join_most=10**9)
+        assert abs(found[0][0] - _brute_best(coarse, vecs, 6, most_runs=5)) < 1e-9
+        four = best_structures(coarse, vecs, 6, most=3, join_most=10**9, five_most=0)
+        assert abs(four[0][0] - _brute_best(coarse, vecs, 6)) < 1e-9
+        for cost, runs in found:
+            assert abs(cost - _cost(coarse, runs)) < 1e-9
+            assert np.array_equal(sum(length * v for v, length in runs), coarse.z)
+            assert len({tuple(v) for v, _ in runs}) == len(runs) <= 5
+            fives += len(runs) == 5
+    assert fives, "no structure of five runs among the found"
+
+
+def test_a_stopped_five_run_join_leaves_the_structures_of_fewer_runs(monkeypatch):
+    model, _ = _sites([8, 8, 4, 4], d_pp=6, d_dp=4)
+    coarse = Coarse(model, classes(model))
+    vecs = vectors(coarse, 4)
+    fewer = best_structures(coarse, vecs, 6, most=3, five_most=0)
+
+    def stopped(*_a, **_k):
+        raise structures.Stopped
+
+    monkeypatch.setattr(structures, "_fives", stopped)
+    kept = best_structures(coarse, vecs, 6, most=3)
+    assert [(c, [(v.tolist(), n) for v, n in r]) for c, r in kept] == \
+        [(c, [(v.tolist(), n) for v, n in r]) for c, r in fewer]
+
+
+def test_the_better_basin_of_the_long_pipelines_needs_five_runs():
+    """Draw-3 16 x 4: the 33.43 s basin's runs (3 + 7 + 3 + 1 + 2 stage groups) cost
+    43.83 on the coarse model, the best of 1-4 runs 53.43, and ladders from those stayed
+    in 34.0-34.3 s basins in two seeds of five."""
+    fabric, model = suite_instance("h64-16x4", 3)
+    starts = structure_starts(model, np.argsort(np.asarray(model.labels), kind="stable"))
+    assert starts[0][0] == "structure: runs 3+7+3+1+2"
+    lab = classes(model)
+    coarse = Coarse(model, lab)
+    vecs = vectors(coarse, 4)
+    five = best_structures(coarse, vecs, 16, most=1)[0][0]
+    assert five < best_structures(coarse, vecs, 16, most=1, five_most=0)[0][0] - 5.0
+
+
+def test_a_dealt_grid_costs_what_its_structure_was_priced():
+    fabric, model = suite_instance("h64-16x4", 3)
+    lab = classes(model)
+    coarse = Coarse(model, lab)
+    for cost, runs in best_structures(coarse, vectors(coarse, 4), 16, most=5):
+        grid = deal(lab, np.arange(model.n), runs)
+        assert abs(structures.grid_cost(coarse, lab, grid) - cost) < 1e-9
+
+
+def test_structures_lead_the_starts_phase_only_where_the_coarse_model_prefers_them_clearly():
+    """Draw-3 16 x 4: the structures (coarse 43.83) against the topology starts (47.89 at
+    best) lead alone; on the demo fabric (79.65 against 80.24) every start is descended
+    and the spec's 51.50 s pipelines-local layout still comes first."""
+    from geoconsole.prepare import prepare_for_solve
+    from geoconsole.session import demo_session
+    from geoconsole.solving import cost_model
+    from solver import search
+    from solver.orders import seed_orders_for
+
+    fabric, model = suite_instance("h64-16x4", 3)
+    starts = search._starts(model, seed_orders_for(fabric))
+    taken = search._phase_starts(model, starts)
+    assert taken and all(search._structure(name) for name, _ in taken)
+    assert len(taken) < len(starts)
+    session = demo_session()
+    ready = prepare_for_solve(session.fabric, session.workload.n_devices)
+    demo = cost_model(ready.fabric, session.workload)
+    starts = search._starts(demo, ready.seed_orders)
+    assert any(search._structure(name) for name, _ in starts)
+    assert search._phase_starts(demo, starts) == starts
+    structured = [g for n, g in starts if search._structure(n)]
+    others = [g for n, g in starts if not search._structure(n)]
+    assert structures.leading(demo, structured, others, 0.0) == [0]  # ahead, but by 0.7%
+    assert structures.leading(demo, structured, others, search.STRUCTURES_LEAD) == []
+
+
+def test_near_ties_among_the_structures_all_lead_and_the_rest_do_not():
+    """Draw-1 12 x 8: the first structure (coarse 48.06) leads alone, the others cost
+    1.6% and 2.1% more; draw-3 12 x 8: all three lie within 1.1% and all lead."""
+    from solver import search
+    from solver.orders import seed_orders_for
+
+    for draw, expect in ((1, ["structure: runs 4+1+4+3"]), (3, None)):
+        fabric, model = suite_instance("h96-12x8", draw)
+        starts = search._starts(model, seed_orders_for(fabric))
+        taken = [name for name, _ in search._phase_starts(model, starts)]
+        structured = [name for name, _ in starts if search._structure(name)]
+        assert taken == (expect or structured) and len(structured) == 3
 
 
 def test_the_edge_floor_is_the_least_threshold_with_a_perfect_matching():
