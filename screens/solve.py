@@ -54,8 +54,11 @@ def strongest_bound(known: list[tuple[float, float | None]], comm: float, bound:
     or shorter run computes a weaker bound; each is valid, so the largest is), never one
     above a Comm reached there, the run's ``comm`` included (no valid bound is: a session
     file's could be)."""
+    from solver.bounds import ROUNDING
+
     reached = min([comm] + [fun for fun, _b in known])
-    found = [b for _f, b in known if b is not None and b <= reached]
+    # a bound that met its run's Comm may lie above it by rounding (solver.bounds.ROUNDING)
+    found = [min(b, reached) for _f, b in known if b is not None and b <= reached * (1 + ROUNDING)]
     found += [] if bound is None else [float(bound)]
     return max(found) if found else None
 
@@ -86,11 +89,12 @@ class SolveScreen(ConsoleScreen):
             return isinstance(message, SolveScreen.Progress)
 
     class Started(Message):
-        """The lower bound is known and the search begins."""
+        """The lower bound is known and the search begins: ``bound`` the strongest known
+        for the instance, ``own`` the run's."""
 
-        def __init__(self, bound: float) -> None:
+        def __init__(self, bound: float, own: float) -> None:
             super().__init__()
-            self.bound = bound
+            self.bound, self.own = bound, own
 
     class Finished(Message):
         """The solver returned (done, budget, time limit or cancelled)."""
@@ -107,6 +111,7 @@ class SolveScreen(ConsoleScreen):
         self.running = False
         self.history: list[float] = []
         self.bound: float | None = None
+        self._own_bound: float | None = None  # the running solve's own bound (Started)
         self.options: SolveOptions | None = None
 
     def compose(self) -> ComposeResult:
@@ -182,7 +187,7 @@ class SolveScreen(ConsoleScreen):
         self._cancel.clear()
         self._set_running(True)
         self.history = []
-        self.bound = None
+        self.bound = self._own_bound = None
         self.query_one(Histogram).show({}, None, None)
         self.query_one("#solve-advice", Static).display = False
         self.query_one("#solve-status", Static).update("Computing the lower bound...")
@@ -242,7 +247,7 @@ class SolveScreen(ConsoleScreen):
 
         started = time.monotonic()  # the time limit covers the bound too
         found_bound = lower_bound(model, bound_budget_s(options.time_limit), stop=self._cancel.is_set)
-        self.post_message(self.Started(strongest_bound(known, math.inf, found_bound.value)))
+        self.post_message(self.Started(strongest_bound(known, math.inf, found_bound.value), found_bound.value))
         last = [0.0]
 
         def callback(progress: Any) -> None:
@@ -269,7 +274,7 @@ class SolveScreen(ConsoleScreen):
 
     # -- messages from the worker --------------------------------------------------
     def on_solve_screen_started(self, message: Started) -> None:
-        self.bound = message.bound
+        self.bound, self._own_bound = message.bound, message.own
         self.query_one("#solve-status", Static).update(f"Searching... lower bound {message.bound:.2f} s")
         self.post_message(Activity("solve", solve_running(None, message.bound, 0.0, None)))
 
@@ -277,6 +282,8 @@ class SolveScreen(ConsoleScreen):
         if not self.running:
             return
         self.history.append(message.fun)
+        if self.bound is not None and message.fun < self.bound:
+            self.bound = self._own_bound  # a bound this run went below (a session file's): its own
         data, flat = sparkline_data(self.history[-200:])
         self.query_one(Sparkline).data = data
         bound = f", lower bound {self.bound:.2f} s" if self.bound is not None else ""

@@ -396,9 +396,9 @@ def _check_options(budget, restarts, time_limit, workers) -> None:
 
 
 def _starts_phase(run: _Run, model: CostModel, rng, starts: list[tuple[str, np.ndarray]]) -> None:
-    """Polish the topology starts (under a time limit only while the phase lasts, at
-    least the first two: the first order's pipelines-local and stage-groups-local
-    layouts), then descend them best first; ``run.other_start`` keeps the other
+    """Polish the starts (under a time limit only while the phase lasts, at least the
+    first two: the first order's pipelines-local and stage-groups-local layouts, or two
+    leading structures; _phase_starts), then descend them best first; ``run.other_start`` keeps the other
     layout's best result (descended or only polished) for _firsts."""
     effort = _Effort(run)
     run.phase = "seeds"
@@ -455,7 +455,10 @@ def _phase_starts(model: CostModel, starts: list[tuple[str, np.ndarray]]) -> lis
     s with all three, 38.43-38.64 s on ten seeds with the first alone); on draw-3 12 x 8
     (44.55, 45.00, 45.03) the first alone gave 34.36-34.58 s, all three 33.01-33.18 s.
     Where structures and topology starts are about even on the coarse model (the demo
-    fabric: 79.65 against 80.24) the starts' Comm decides, as before."""
+    fabric: 79.65 against 80.24) the starts' Comm decides, as before. The search asks
+    this only when anytime rounds follow: the starts alone (``restarts=0``, no time
+    limit) descend them all. The other layout's start for _firsts is then another of
+    the leading structures, or none."""
     found = [s for s in starts if _structure(s[0])]
     if STRUCTURES_LEAD is None or not found:
         return starts
@@ -641,7 +644,7 @@ def solve(
         starter.start()
         try:
             try:
-                _starts_phase(run, model, rng, _phase_starts(model, starts))
+                _starts_phase(run, model, rng, _phase_starts(model, starts) if anytime else starts)
             finally:
                 run.phase_deadline = None
             while starter.is_alive():  # a cancel ends the start (the pool tests the deadline)

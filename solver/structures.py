@@ -43,16 +43,16 @@ PAIR_MOST, else the vectors are halved), and a structure of three (four) runs is
 their matches reach JOIN_MOST (the first always; duplicates still counted). One of five
 runs is a term and a pair (a query within ``z``) whose key a pair complements, each set
 of five terms once (``_fives``); the queries' pairs are taken lowest ``D`` first until
-FIVE_WORK_MOST queries were tried or the matches reach JOIN_MOST, and they are joined
-last, so a stop during them leaves the structures of fewer runs. Long pipelines need
-them: on the draw-3 64-GPU 16 x 4 suite instance the best basin (33.43 s) has the runs
-``3 x (0,4,0,0,0), 7 x (0,1,0,3,0), 3 x (1,0,3,0,0), 1 x (3,0,0,0,1), 2 x (1,0,0,0,3)``,
-coarse cost 43.83, where the best of 1-4 runs costs 53.43 (0.3 s with them, 0.02 s
+FIVE_WORK_MOST (pair, term) candidates were tried or the matches reach JOIN_MOST, and
+they are joined last, so a stop during them leaves the structures of fewer runs. Long
+pipelines need them: on the draw-3 64-GPU 16 x 4 suite instance the best basin (33.43
+s) has the runs ``3 x (0,4,0,0,0), 7 x (0,1,0,3,0), 3 x (1,0,3,0,0), 1 x (3,0,0,0,1),
+2 x (1,0,0,0,3)``, coarse cost 43.83, where the best of 1-4 runs costs 53.43 (0.3 s with them, 0.02 s
 without). Each structure's runs are ordered by trying every order (a reversed one
 counted once: at most 60) with the floors ``B`` of its vector pairs. Cost ``O(V m)`` for
 the vectors, ``O(T^2 m)`` for the pairs (T terms, about 2.5 V at 8 stages),
-``O(P log P)`` for the joins (``O(W (m + log P))`` for the W = FIVE_WORK_MOST queries of
-five runs), ``O(S 2^m m)`` for the floors of S structures.
+``O(P log P)`` for the joins (``O(W (m + log P))`` for the W = FIVE_WORK_MOST candidates
+of five runs), ``O(S 2^m m)`` for the floors of S structures.
 
 Deal (``deal``). The groups of a structure, in pipeline order, take their ``v_c``
 devices of each class from that class's devices in label order (hosts together), so a
@@ -103,8 +103,8 @@ PAIR_MOST = 3_000_000
 #: Matches of three (of four) runs joined: the terms (pairs) are taken lowest coarse
 #: DataP first until their matches reach it (the first always; duplicates counted).
 JOIN_MOST = 300_000
-#: Candidate (pair, term) queries of five-run structures examined at most, and at a time
-#: (``_fives``).
+#: (pair, term) candidates of five-run structures examined, about (the last chunk can
+#: pass it), and at a time (``_fives``).
 FIVE_WORK_MOST = 1_000_000
 FIVE_CHUNK = 200_000
 #: Structures priced at a time, lowest floor (coarse DataP and inside edges) first.
@@ -295,9 +295,10 @@ def _fives(tl, ti, tv, tkey, pa, pb, pkey, rank, sorted_keys, order, z, p, zkey,
     (each set of five terms once), the query's counts within ``z`` (so the sum of its
     key and the pair's is the key of the summed counts: no digit carries) and its lengths
     at most ``p - 2``. Query pairs are taken lowest ``rank`` first, each with every term
-    below its first, a chunk at a time, until the matches reach ``most`` or
-    ``work_most`` (pair, term) candidates were examined. O(work_most (m + log P)).
-    Stopped when ``stop()``."""
+    below its first, a chunk (FIVE_CHUNK candidates) at a time, until the matches reach
+    ``most`` or ``work_most`` (pair, term) candidates were examined (the last chunk can
+    pass it). O(W (m + log P) + F) for W candidates and F rows found. Stopped when
+    ``stop()``."""
     queries = np.flatnonzero((tl[pa] + tl[pb] <= p - 3) & (pa > 0))
     queries = queries[np.argsort(rank[queries], kind="stable")]
     heads = np.cumsum(pa[queries])  # candidates up to each query: the terms below its first
@@ -349,8 +350,9 @@ def best_structures(coarse: Coarse, vecs: np.ndarray, d_pp: int, most: int,
     """The ``most`` structures of 1-5 runs of lowest coarse cost over ``vecs``, runs in
     their best order: ``[(cost, [(v, L), ...]), ...]``, lowest first (module text).
     OverflowError past ``pair_most`` pairs of terms; Stopped when ``stop()`` turns true
-    before the structures of 1-4 runs are priced (after it, the five-run ones found so
-    far count). ``five_most``: (pair, term) candidates of five runs examined (0: none)."""
+    before the structures of 1-4 runs are priced (after it, those stand, with the
+    five-run ones priced before the stop). ``five_most``: (pair, term) candidates of
+    five runs to examine, give or take a chunk (FIVE_CHUNK; 0: none)."""
     z, p, m = coarse.z, d_pp, coarse.m
     values, inside = coarse.data_p(vecs), coarse.inside(vecs)
     nv = len(vecs)
@@ -400,9 +402,9 @@ def best_structures(coarse: Coarse, vecs: np.ndarray, d_pp: int, most: int,
         part = values[vi].max(axis=1) + 2.0 * ((tl[ids] - 1) * inside[vi]).sum(axis=1)
         by = np.argsort(part, kind="stable")
         for at in range(0, len(by), PRICE_CHUNK):  # lowest floors first, until none can enter
-            if stop() and q == 5:
-                break  # the five-run ones priced so far join those of fewer runs
             if stop():
+                if q == 5:
+                    break  # the five-run ones priced so far join those of fewer runs
                 raise Stopped
             rows = by[at:at + PRICE_CHUNK]
             if len(out) >= most and part[rows[0]] + 2.0 * (q - 1) * cross >= out[most - 1][0]:

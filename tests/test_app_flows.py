@@ -151,6 +151,8 @@ def test_strongest_bound_takes_the_largest_valid_one():
     assert strongest_bound([(44.0, 40.0), (60.0, 45.0)], 50.0, 30.0) == 40.0  # above a Comm reached
     assert strongest_bound([(44.0, 40.0)], math.inf, 30.0) == 40.0  # before the run's Comm is known
     assert strongest_bound([(44.0, None)], 50.0, None) is None
+    # a bound that met its run's Comm can lie above it by rounding: kept, at that Comm
+    assert strongest_bound([(44.0, 44.0 * (1 + 1e-15))], 50.0, 30.0) == 44.0
 
 
 async def test_a_later_run_keeps_the_strongest_bound_of_the_same_instance(monkeypatch):
@@ -207,7 +209,7 @@ async def test_progress_messages_coalesce():
     old = SolveScreen.Progress(10.0, 1, 1, 0.1, "x")
     new = SolveScreen.Progress(9.0, 2, 2, 0.2, "x")
     assert new.can_replace(old)
-    assert not new.can_replace(SolveScreen.Started(1.0))
+    assert not new.can_replace(SolveScreen.Started(1.0, 1.0))
 
 
 async def test_label_edit_changes_locality_and_marks_the_solution_stale():

@@ -105,10 +105,23 @@ def test_a_stopped_five_run_join_leaves_the_structures_of_fewer_runs(monkeypatch
     def stopped(*_a, **_k):
         raise structures.Stopped
 
+    def listed(found):
+        return [(c, [(v.tolist(), n) for v, n in r]) for c, r in found]
+
+    real = structures._fives
     monkeypatch.setattr(structures, "_fives", stopped)
-    kept = best_structures(coarse, vecs, 6, most=3)
-    assert [(c, [(v.tolist(), n) for v, n in r]) for c, r in kept] == \
-        [(c, [(v.tolist(), n) for v, n in r]) for c, r in fewer]
+    assert listed(best_structures(coarse, vecs, 6, most=3)) == listed(fewer)
+    # ... and a stop once the five-run rows are found, before any is priced
+    joined = []
+
+    def found_then_stopped(*args):
+        rows = real(*args)
+        joined.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(structures, "_fives", found_then_stopped)
+    assert listed(best_structures(coarse, vecs, 6, most=3, stop=lambda: bool(joined))) == listed(fewer)
+    assert joined[0] > 0
 
 
 def test_the_better_basin_of_the_long_pipelines_needs_five_runs():
