@@ -141,6 +141,29 @@ async def test_a_cancelled_run_that_does_not_beat_the_plan_leaves_it_the_plan():
         assert f"is not below {plan.name}'s {plan.fun:.2f} s: {plan.name} stays the plan" in status
 
 
+async def test_a_known_bound_the_running_solve_goes_below_gives_way_to_its_own():
+    """A session file's bound can pass every check at the start and still lie above a
+    Comm the new run reaches: the live line then shows the run's own bound."""
+    from screens.solve import SolveScreen
+
+    app = demo_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        screen = app.screen
+        assert isinstance(screen, SolveScreen)
+        from screens.solve_widgets import WorkloadForm
+
+        screen.options = screen.query_one(WorkloadForm).read(app.session.fabric.n)
+        screen.running = True  # as a run would: its messages, in order
+        screen.on_solve_screen_started(SolveScreen.Started(60.0, 49.0))
+        screen.on_solve_screen_progress(SolveScreen.Progress(70.0, 0, 10, 0.1, "seeds"))
+        assert screen.bound == 60.0
+        screen.on_solve_screen_progress(SolveScreen.Progress(51.5, 0, 20, 0.2, "seeds"))
+        assert screen.bound == 49.0
+        assert "lower bound 49.00 s" in text_of(screen.query_one("#solve-status"))
+        screen.running = False
+
+
 def test_strongest_bound_takes_the_largest_valid_one():
     from screens.solve import strongest_bound
 
