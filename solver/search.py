@@ -398,8 +398,9 @@ def _check_options(budget, restarts, time_limit, workers) -> None:
 def _starts_phase(run: _Run, model: CostModel, rng, starts: list[tuple[str, np.ndarray]]) -> None:
     """Polish the starts (under a time limit only while the phase lasts, at least the
     first two: the first order's pipelines-local and stage-groups-local layouts, or two
-    leading structures; _phase_starts), then descend them best first; ``run.other_start`` keeps the other
-    layout's best result (descended or only polished) for _firsts."""
+    leading structures; _phase_starts), then descend them best first;
+    ``run.other_start`` keeps the other layout's best result (descended or only
+    polished) for _firsts."""
     effort = _Effort(run)
     run.phase = "seeds"
     if run.time_limit is not None:
