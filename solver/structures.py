@@ -47,12 +47,12 @@ FIVE_WORK_MOST (pair, term) candidates were tried or the matches reach JOIN_MOST
 they are joined last, so a stop during them leaves the structures of fewer runs. Long
 pipelines need them: on the draw-3 64-GPU 16 x 4 suite instance the best basin (33.43
 s) has the runs ``3 x (0,4,0,0,0), 7 x (0,1,0,3,0), 3 x (1,0,3,0,0), 1 x (3,0,0,0,1),
-2 x (1,0,0,0,3)``, coarse cost 43.83, where the best of 1-4 runs costs 53.43 (0.3 s with them, 0.02 s
-without). Each structure's runs are ordered by trying every order (a reversed one
-counted once: at most 60) with the floors ``B`` of its vector pairs. Cost ``O(V m)`` for
-the vectors, ``O(T^2 m)`` for the pairs (T terms, about 2.5 V at 8 stages),
-``O(P log P)`` for the joins (``O(W (m + log P))`` for the W = FIVE_WORK_MOST candidates
-of five runs), ``O(S 2^m m)`` for the floors of S structures.
+2 x (1,0,0,0,3)``, coarse cost 43.83, where the best of 1-4 runs costs 53.43 (0.3 s
+with them, 0.02 s without). Each structure's runs are ordered by trying every order (a
+reversed one counted once: at most 60) with the floors ``B`` of its vector pairs. Cost
+``O(V m)`` for the vectors, ``O(T^2 m)`` for the pairs (T terms, about 2.5 V at 8
+stages), ``O(P log P)`` for the joins (``O(W (m + log P))`` for the W = FIVE_WORK_MOST
+candidates of five runs), ``O(S 2^m m)`` for the floors of S structures.
 
 Deal (``deal``). The groups of a structure, in pipeline order, take their ``v_c``
 devices of each class from that class's devices in label order (hosts together), so a
