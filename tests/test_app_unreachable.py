@@ -86,3 +86,23 @@ async def test_hosts_past_the_handshake_limit_show_queued_not_connecting(tmp_pat
             await wait_until(lambda: states().count("connecting") == MAX_CONNECTING, 10)
             assert states().count("queued") == 2
             await wait_until(lambda: all(s == "failed" for s in states()), 20)
+
+
+async def test_a_long_host_name_and_its_error_show_in_full_in_the_details(tmp_path):
+    """A 250-character name wraps to four lines at 80 columns: the panel (three lines
+    high before) grows to show the error under it."""
+    closed = free_port()
+    name = "n" + "x" * 249
+    inventory = tmp_path / "hosts.toml"
+    inventory.write_text(f'[[hosts]]\nname = "{name}"\naddress = "127.0.0.1"\nport = {closed}\n')
+    app = demo_app(inventory=inventory)
+    app.session.known_hosts = str(tmp_path / "known_hosts")
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        await pilot.press("c")
+        await wait_until(lambda: screen.fleet.rows[name].state == "failed", 20)
+        await pilot.pause()
+        panel = screen.query_one("#fleet-details")
+        lines = panel.render().wrap(panel.content_size.width)
+        assert "connection refused" in lines[-1].plain
+        assert len(lines) > 3 and panel.content_size.height >= len(lines)
