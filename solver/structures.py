@@ -284,9 +284,12 @@ def _complements(keys: np.ndarray, rank: np.ndarray, sorted_keys: np.ndarray, or
     total = np.cumsum(hi[rows] - lo[rows])
     rows = rows[: max(1, int(np.searchsorted(total, most, "right")))] if len(rows) else rows
     n = hi[rows] - lo[rows]
-    i = np.repeat(rows, n)
-    offset = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
-    return i, order[np.repeat(lo[rows], n) + offset]
+    return np.repeat(rows, n), order[np.repeat(lo[rows], n) + _offsets(n)]
+
+
+def _offsets(counts: np.ndarray) -> np.ndarray:
+    """``0 .. k - 1`` for each ``k`` of ``counts``, concatenated. O(sum counts)."""
+    return np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
 
 
 def _fives(tl, ti, tv, tkey, pa, pb, pkey, rank, sorted_keys, order, z, p, zkey, most, work_most, stop):
@@ -310,17 +313,13 @@ def _fives(tl, ti, tv, tkey, pa, pb, pkey, rank, sorted_keys, order, z, p, zkey,
         upto = max(done + 1, int(np.searchsorted(heads, base + FIVE_CHUNK, "right")))
         q = queries[done:upto]
         done = upto
-        qq = np.repeat(q, pa[q])
-        tt = np.arange(len(qq)) - np.repeat(np.cumsum(pa[q]) - pa[q], pa[q])  # 0 .. a - 1
+        qq, tt = np.repeat(q, pa[q]), _offsets(pa[q])  # each query with the terms 0 .. a - 1
         keep = (tl[pa[qq]] + tl[pb[qq]] + tl[tt] <= p - 2) & (ti[tt] != ti[pa[qq]]) & (ti[tt] != ti[pb[qq]])
         qq, tt = qq[keep], tt[keep]
         fit = (tv[pa[qq]] + tv[pb[qq]] + tv[tt] <= z).all(axis=1)
         qq, tt = qq[fit], tt[fit]
-        want = zkey - (pkey[qq] + tkey[tt])
-        lo = np.searchsorted(sorted_keys, want, "left")
-        n = np.searchsorted(sorted_keys, want, "right") - lo
-        i = np.repeat(np.arange(len(qq)), n)
-        j = order[np.repeat(lo, n) + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)]
+        i, j = _complements(pkey[qq] + tkey[tt], np.arange(len(qq)), sorted_keys, order, zkey,
+                            np.iinfo(np.int64).max)  # every candidate's matches
         ok = pb[qq[i]] < pa[j]
         i, j = i[ok], j[ok]
         found.append(np.stack([tt[i], pa[qq[i]], pb[qq[i]], pa[j], pb[j]], axis=1))
