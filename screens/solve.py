@@ -192,9 +192,7 @@ class SolveScreen(ConsoleScreen):
         self.query_one("#solve-advice", Static).display = False
         self.query_one("#solve-status", Static).update("Computing the lower bound...")
         digest = self.session.digest()
-        known = [(s.fun, s.bound) for s in self.session.solutions
-                 if s.digest == digest and s.workload == options.workload]
-        self.run_solver(model, prepared, options, digest, known)
+        self.run_solver(model, prepared, options, digest, self._known(digest, options.workload))
 
     def on_unmount(self) -> None:
         # A thread cannot be killed: make the solver stop so the app can exit promptly.
@@ -324,11 +322,14 @@ class SolveScreen(ConsoleScreen):
         self.session.solve_options = {k: v for k, v in chosen.items() if v is not None}
         self.post_message(SessionChanged(f"{solution.name}: Comm {solution.fun:.2f} s"))
 
+    def _known(self, digest: str, workload: Any) -> list[tuple[float, float | None]]:
+        """(Comm, bound) of the session's solves of one instance (fabric, labels, workload)."""
+        return [(s.fun, s.bound) for s in self.session.solutions if s.digest == digest and s.workload == workload]
+
     def _strongest_bound(self, message: Finished) -> float | None:
         """:func:`strongest_bound` over the session's solves of the run's instance now."""
-        same = [(s.fun, s.bound) for s in self.session.solutions
-                if s.digest == message.digest and s.workload == message.options.workload]
-        return strongest_bound(same, float(message.result.fun), message.bound)
+        return strongest_bound(self._known(message.digest, message.options.workload),
+                               float(message.result.fun), message.bound)
 
     def _status_text(self, fun: float, nit: int, nfev: int, elapsed: float, phase: str, done: str = "",
                      eta: float | None = None, found_by: str = "") -> Text:
