@@ -57,8 +57,13 @@ MAX_INVENTORY_BYTES = 64 << 20
 #: Most hosts in one inventory: the placement is built for up to 4 096 GPUs, and a file
 #: of hundreds of thousands of lines took 20 s to resolve before it was refused.
 MAX_HOSTS = 8192
-#: A line that opens a ``[[hosts]]`` table (counted before the TOML is parsed).
+#: A line that opens a ``[[hosts]]`` table (counted before a large TOML is parsed).
 _HOSTS_HEADER = re.compile(r"^[ \t]*\[\[[ \t]*hosts[ \t]*\]\]", re.MULTILINE)
+#: A TOML inventory larger than this is refused by its count of ``[[hosts]]`` lines
+#: before it is parsed (64 MB of TOML takes about 20 s to parse); a smaller one is parsed
+#: first and its tables counted, so ``[[hosts]]`` lines inside a multi-line string do not
+#: count.
+PRECOUNT_BYTES = 1 << 20
 
 _HOST_FIELDS = {
     "name", "address", "port", "user", "identity", "python", "interface", "gpus",
@@ -264,9 +269,10 @@ def load_inventory(path: str | os.PathLike[str], *,
 
 
 def _toml_entries(path: Path, text: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    headers = len(_HOSTS_HEADER.findall(text))  # before parsing: 64 MB of TOML takes about 20 s
-    if headers > MAX_HOSTS:
-        raise InventoryError(f"{path}: {headers} [[hosts]] entries; at most {MAX_HOSTS}")
+    if len(text) > PRECOUNT_BYTES:  # before parsing: 64 MB of TOML takes about 20 s
+        headers = len(_HOSTS_HEADER.findall(text))
+        if headers > MAX_HOSTS:
+            raise InventoryError(f"{path}: {headers} lines open [[hosts]] tables; at most {MAX_HOSTS} hosts")
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
