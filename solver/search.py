@@ -83,6 +83,11 @@ STRUCTURE_ORIGINS_FIRST = True
 #: starts still lead origin ladders.
 STRUCTURES_LEAD = 0.015
 
+#: Under a time limit, the structures of many short runs (solver.structure_beam) get this
+#: share of it from when they begin, after the enumerated ones: behind the enumeration
+#: (0.85-0.92 s at 96 GPUs) the structure window of START_SHARE cut them off.
+BEAM_SHARE = 0.03
+
 #: A second worker is handed the other layout's best start when that is at most this
 #: much worse than the best start (solver.search._firsts; a lineage keeps it only as its
 #: walk's fallback).
@@ -219,11 +224,13 @@ def _orders(model: CostModel, extra: Sequence[Sequence[int]] | None) -> list[tup
 
 
 def _starts(model: CostModel, extra, stop: Callable[[], bool] = lambda: False,
-            structure_stop: Callable[[], bool] | None = None) -> list[tuple[str, np.ndarray]]:
+            structure_stop: Callable[[], bool] | None = None,
+            beam_stop: Callable[[], bool] | None = None) -> list[tuple[str, np.ndarray]]:
     """Per order: pipelines local, stage groups local, and the best block layout between
     them (solver.blocks; up to BLOCK_MAX_N devices; once ``stop()`` is true, the block
     layout of the compositions scored so far, or none); then the structure starts
-    (solver.structures; none once ``structure_stop()``, default ``stop``, is true)."""
+    (solver.structures; none once ``structure_stop()``, default ``stop``, is true; the
+    structures of many short runs until ``beam_stop()``, default ``structure_stop``)."""
     r, p = model.workload.d_dp, model.workload.d_pp
     starts = []
     orders = _orders(model, extra)
@@ -236,7 +243,9 @@ def _starts(model: CostModel, extra, stop: Callable[[], bool] = lambda: False,
                 parts, grid = found
                 starts.append((f"{name}: blocks {'+'.join(map(str, parts))}", grid))
     if STRUCTURE_STARTS:
-        starts += structure_starts(model, orders[0][1], stop=stop if structure_stop is None else structure_stop)
+        structure_stop = stop if structure_stop is None else structure_stop
+        starts += structure_starts(model, orders[0][1], stop=structure_stop,
+                                   beam_stop=structure_stop if beam_stop is None else beam_stop)
     return starts
 
 
@@ -616,10 +625,12 @@ def solve(
     # about 0.2 s an order); without one they are whole, so the result stays reproducible
     tables_until = None if time_limit is None else time.monotonic() + START_SHARE * time_limit
     # ... and the structure starts the same share again, from when they begin: behind the
-    # block tables they were cut off on a loaded machine (0.45 s at 96 GPUs after 0.2 s of tables)
+    # block tables they were cut off on a loaded machine (0.45 s at 96 GPUs after 0.2 s of tables);
+    # the beams (structures of many short runs) get BEAM_SHARE after them
     starts = _starts(model, seed_orders,  # validates seed_orders first
                      lambda: tables_until is not None and time.monotonic() > tables_until,
-                     _window_stop(None if time_limit is None else START_SHARE * time_limit))
+                     _window_stop(None if time_limit is None else START_SHARE * time_limit),
+                     _window_stop(None if time_limit is None else BEAM_SHARE * time_limit))
     origins = _origins(model, starts)
     run.phase = "enumeration"
     exact_grid, scored = optimal_grid(model, run.should_stop)

@@ -82,6 +82,8 @@ from typing import Callable
 
 import numpy as np
 
+from solver.structure_beam import beam_structures
+
 #: Largest fabric given structure starts: finding the classes took 0.1 s at 1 024 GPUs
 #: and 4.8 s at 4 096 (and no fabric that large had few enough vectors).
 STRUCTURE_MAX_N = 1024
@@ -113,6 +115,11 @@ PRICE_CHUNK = 4096
 STARTS_MOST = 3
 #: What every structure start's name begins with (solver.search tells them by it).
 NAME = "structure:"
+#: Whether structures of many short runs are looked for too (solver.structure_beam)...
+BEAMS = True
+#: ... and they join the enumerated ones only where the cheapest of them is cheaper than
+#: the cheapest enumerated structure by more than this share.
+BEAM_LEAD = 0.015
 #: Row pairs given the floors at a time (``Coarse.between``: 2^m m numbers a row).
 BETWEEN_CHUNK = 256
 #: Percentile of T_pp taken as the typical link inside a class.
@@ -470,7 +477,8 @@ def leading(model, structured: list[np.ndarray], others: list[np.ndarray], margi
 
 
 def structure_starts(model, order: np.ndarray, most: int = STARTS_MOST,
-                     stop: Callable[[], bool] = lambda: False) -> list[tuple[str, np.ndarray]]:
+                     stop: Callable[[], bool] = lambda: False,
+                     beam_stop: Callable[[], bool] | None = None) -> list[tuple[str, np.ndarray]]:
     """Up to ``most`` dealt structures, lowest coarse cost first, named by their run
     lengths (``structure: runs 4+1+4+3``); none above STRUCTURE_MAX_N devices, when no
     coarse level is a clear cut (CLEAR_CUT), when the fabric has no classes or too many
@@ -495,5 +503,9 @@ def structure_starts(model, order: np.ndarray, most: int = STARTS_MOST,
             vecs = vecs[: len(vecs) // 2]
         except Stopped:
             return []
+    beam_stop = stop if beam_stop is None else beam_stop
+    beams = beam_structures(coarse, vecs, w.d_pp, most, stop=beam_stop) if BEAMS else []
+    if beams and (not found or beams[0][0] < (1.0 - BEAM_LEAD) * found[0][0]):
+        found = sorted(beams + found, key=lambda f: f[0])[:most]  # ties: the beams' first
     return [(f"{NAME} runs {'+'.join(str(length) for _, length in runs)}", deal(lab, order, runs))
             for _, runs in found]
