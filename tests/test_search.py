@@ -362,7 +362,7 @@ def test_origins_are_the_starts_structures_first_then_lowest_comm_each_once_and_
     orders.append(orders[0].copy())  # the same start twice
     dealt = [rng.permutation(model.n).reshape(6, 4) for _ in range(2)]  # two structure starts, dear first
     dealt.sort(key=lambda g: -model.score_grid(g).comm)
-    monkeypatch.setattr(search, "structure_starts", lambda model_, order, stop=None: [
+    monkeypatch.setattr(search, "structure_starts", lambda model_, order, stop=None, beam_stop=None: [
         (f"structure: runs {k}+{4 - k}", g) for k, g in enumerate(dealt, 1)])
     starts = search._starts(model, orders)
     structures = [g for name, g in starts if name.startswith("structure: runs ")]
