@@ -35,6 +35,9 @@ import numpy as np
 BEAM_WIDTH = 1000
 #: The beams' thresholds: the DataP of the k-th cheapest vector, for each k here.
 BEAM_COUNTS = (8, 10, 12, 14, 16, 19, 22, 26, 32)
+#: States are told apart by an integer key of their counts while it fits this many bits,
+#: else by ranking their rows (slower).
+KEY_BITS = 62
 
 
 def edges(coarse, vecs: np.ndarray) -> np.ndarray:
@@ -52,7 +55,8 @@ def _beam(z: np.ndarray, vecs: np.ndarray, edge: np.ndarray, d_pp: int, width: i
     """Complete sequences over ``vecs`` that one beam finds: ``[(F, indices), ...]``
     (``F`` the edge sum; the module text). Empty when stopped."""
     a = len(vecs)
-    radix = np.concatenate([[1], np.cumprod(z[:-1] + 1)]).astype(np.int64)
+    wide = float(np.log2(z + 1.0).sum() + np.log2(a + 1.0)) >= KEY_BITS
+    radix = np.concatenate([[1], np.cumprod(z[:-1] + 1)]).astype(np.int64) if not wide else None
     first = np.flatnonzero((vecs <= z).all(axis=1))
     left, last, f = z[None, :] - vecs[first], first, np.zeros(len(first))
     seq = first[:, None]
@@ -61,7 +65,10 @@ def _beam(z: np.ndarray, vecs: np.ndarray, edge: np.ndarray, d_pp: int, width: i
             return []
         k, j = np.nonzero((vecs[None, :, :] <= left[:, None, :]).all(axis=2))
         nf, nleft = f[k] + edge[last[k], j], left[k] - vecs[j]
-        key = (nleft @ radix) * a + j
+        if radix is not None:
+            key = (nleft @ radix) * a + j
+        else:  # the same keys by rank: slower, never wraps
+            key = np.unique(np.column_stack([nleft, j]), axis=0, return_inverse=True)[1].ravel()
         order = np.lexsort((nf, key))  # by key, then F: the first of each key is its best
         keyed = key[order]
         keep = order[np.concatenate([[True], keyed[1:] != keyed[:-1]])] if len(order) else order

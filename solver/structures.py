@@ -54,6 +54,10 @@ reversed one counted once: at most 60) with the floors ``B`` of its vector pairs
 stages), ``O(P log P)`` for the joins (``O(W (m + log P))`` for the W = FIVE_WORK_MOST
 candidates of five runs), ``O(S 2^m m)`` for the floors of S structures.
 
+Many short runs. Layouts of more than five runs, most of them one stage group long,
+are looked for by beams over the stage sequence (solver.structure_beam); they join the
+enumerated structures where the cheapest of them is cheaper by more than BEAM_LEAD.
+
 Deal (``deal``). The groups of a structure, in pipeline order, take their ``v_c``
 devices of each class from that class's devices in label order (hosts together), so a
 host's devices share groups and neighbouring groups of a run get neighbouring hosts.
@@ -480,7 +484,9 @@ def structure_starts(model, order: np.ndarray, most: int = STARTS_MOST,
                      stop: Callable[[], bool] = lambda: False,
                      beam_stop: Callable[[], bool] | None = None) -> list[tuple[str, np.ndarray]]:
     """Up to ``most`` dealt structures, lowest coarse cost first, named by their run
-    lengths (``structure: runs 4+1+4+3``); none above STRUCTURE_MAX_N devices, when no
+    lengths (``structure: runs 4+1+4+3``): the enumerated ones, joined by the beams'
+    (solver.structure_beam; until ``beam_stop()``, default ``stop``) where the cheapest
+    of those is cheaper by more than BEAM_LEAD; none above STRUCTURE_MAX_N devices, when no
     coarse level is a clear cut (CLEAR_CUT), when the fabric has no classes or too many
     vectors (COVER), or when ``stop()`` turns true first. ``order``: the devices in an
     order that keeps a host's devices together (label order; the search passes its

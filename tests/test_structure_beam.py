@@ -146,3 +146,18 @@ def test_the_beams_have_a_window_of_their_own_after_the_enumeration(monkeypatch)
     names = [n for n, _ in search._starts(model, None, structure_stop=window) if search._structure(n)]
     assert names[0] == "structure: runs 5+1+3+1+2"  # the beams under the structure window: none
     assert search.BEAM_SHARE > 0
+
+
+def test_wide_keys_give_the_same_structures(monkeypatch):
+    """Where the state keys could pass 62 bits (many classes of many devices) the beams
+    rank the states instead; the structures found are the same."""
+    import solver.structure_beam as beam_module
+
+    model = _sites([8, 8, 4, 4], d_pp=6, d_dp=4)
+    coarse = Coarse(model, classes(model))
+    vecs = vectors(coarse, 4)
+    narrow = beam_structures(coarse, vecs, 6, most=5)
+    monkeypatch.setattr(beam_module, "KEY_BITS", 0)
+    wide = beam_structures(coarse, vecs, 6, most=5)
+    assert narrow and [(c, [(v.tolist(), n) for v, n in r]) for c, r in wide] == \
+        [(c, [(v.tolist(), n) for v, n in r]) for c, r in narrow]
