@@ -59,11 +59,11 @@ MAX_INVENTORY_BYTES = 64 << 20
 MAX_HOSTS = 8192
 #: A line that opens a ``[[hosts]]`` table (counted before a large TOML is parsed).
 _HOSTS_HEADER = re.compile(r"^[ \t]*\[\[[ \t]*hosts[ \t]*\]\]", re.MULTILINE)
-#: A TOML inventory larger than this is refused by its count of ``[[hosts]]`` lines
-#: before it is parsed (64 MB of TOML takes about 20 s to parse); a smaller one is parsed
-#: first and its tables counted, so ``[[hosts]]`` lines inside a multi-line string do not
-#: count.
-PRECOUNT_BYTES = 1 << 20
+#: A TOML inventory of more characters than this is refused by its count of ``[[hosts]]``
+#: lines before it is parsed (64 MB of TOML takes about 20 s to parse); a smaller one is
+#: parsed first and its tables counted, so ``[[hosts]]`` lines inside a multi-line string
+#: do not count.
+PRECOUNT_CHARS = 1 << 20
 
 _HOST_FIELDS = {
     "name", "address", "port", "user", "identity", "python", "interface", "gpus",
@@ -269,7 +269,7 @@ def load_inventory(path: str | os.PathLike[str], *,
 
 
 def _toml_entries(path: Path, text: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    if len(text) > PRECOUNT_BYTES:  # before parsing: 64 MB of TOML takes about 20 s
+    if len(text) > PRECOUNT_CHARS:  # before parsing: 64 MB of TOML takes about 20 s
         headers = len(_HOSTS_HEADER.findall(text))
         if headers > MAX_HOSTS:
             raise InventoryError(f"{path}: {headers} lines open [[hosts]] tables; at most {MAX_HOSTS} hosts")

@@ -480,13 +480,26 @@ def leading(model, structured: list[np.ndarray], others: list[np.ndarray], margi
     return [k for k, c in enumerate(costs) if c <= best / (1.0 - margin)]
 
 
+def _once(found: list[tuple[float, list[tuple[np.ndarray, int]]]]) -> list[tuple[float, list[tuple[np.ndarray, int]]]]:
+    """``found`` with each structure once: a later one with the same runs, or the same
+    runs reversed (the same coarse cost), is left out. O(S q m)."""
+    seen, out = set(), []
+    for cost, runs in found:
+        key = tuple((tuple(v.tolist()), length) for v, length in runs)
+        if key not in seen and key[::-1] not in seen:
+            seen.add(key)
+            out.append((cost, runs))
+    return out
+
+
 def structure_starts(model, order: np.ndarray, most: int = STARTS_MOST,
                      stop: Callable[[], bool] = lambda: False,
                      beam_stop: Callable[[], bool] | None = None) -> list[tuple[str, np.ndarray]]:
     """Up to ``most`` dealt structures, lowest coarse cost first, named by their run
     lengths (``structure: runs 4+1+4+3``): the enumerated ones, joined by the beams'
     (solver.structure_beam; until ``beam_stop()``, default ``stop``) where the cheapest
-    of those is cheaper by more than BEAM_LEAD; none above STRUCTURE_MAX_N devices, when no
+    of those is cheaper by more than BEAM_LEAD or the enumeration found none, each
+    structure once; none above STRUCTURE_MAX_N devices, when no
     coarse level is a clear cut (CLEAR_CUT), when the fabric has no classes or too many
     vectors (COVER), or when ``stop()`` turns true first. ``order``: the devices in an
     order that keeps a host's devices together (label order; the search passes its
@@ -512,6 +525,6 @@ def structure_starts(model, order: np.ndarray, most: int = STARTS_MOST,
     beam_stop = stop if beam_stop is None else beam_stop
     beams = beam_structures(coarse, vecs, w.d_pp, most, stop=beam_stop) if BEAMS else []
     if beams and (not found or beams[0][0] < (1.0 - BEAM_LEAD) * found[0][0]):
-        found = sorted(beams + found, key=lambda f: f[0])[:most]  # ties: the beams' first
+        found = _once(sorted(beams + found, key=lambda f: f[0]))[:most]  # ties: the beams' first
     return [(f"{NAME} runs {'+'.join(str(length) for _, length in runs)}", deal(lab, order, runs))
             for _, runs in found]

@@ -219,7 +219,7 @@ def test_a_byte_order_mark_is_named(tmp_path, name, text):
 def test_an_inventory_of_more_hosts_than_placed_is_refused_at_once(tmp_path):
     """A 20 MB hostfile (half a million hosts) was resolved host by host for 20 s before
     it was refused; now the host past MAX_HOSTS is named, without reading further."""
-    from geoconsole.inventory import MAX_HOSTS, PRECOUNT_BYTES
+    from geoconsole.inventory import MAX_HOSTS, PRECOUNT_CHARS
 
     at_most = tmp_path / "hostfile"
     at_most.write_text("".join(f"w{i} slots=1\n" for i in range(MAX_HOSTS)))
@@ -232,7 +232,7 @@ def test_an_inventory_of_more_hosts_than_placed_is_refused_at_once(tmp_path):
     # a large file is counted before it is parsed: a syntax error after its hosts is not reached
     pad = "#" * 120 + "\n"
     toml.write_text("".join(f'[[hosts]]\n{pad}address = "w{i}"\n' for i in range(MAX_HOSTS + 1)) + "not = = toml\n")
-    assert toml.stat().st_size > PRECOUNT_BYTES
+    assert len(toml.read_text()) > PRECOUNT_CHARS
     with pytest.raises(InventoryError, match=rf"big.toml: {MAX_HOSTS + 1} lines open \[\[hosts\]\] tables; at most {MAX_HOSTS} hosts"):
         load_inventory(toml, ssh_config=None)
     # a smaller one is parsed, then its tables counted
@@ -243,8 +243,8 @@ def test_an_inventory_of_more_hosts_than_placed_is_refused_at_once(tmp_path):
 
 def test_hosts_headers_inside_a_toml_string_are_not_counted_as_hosts(tmp_path):
     """A TOML inventory whose multi-line string holds more ``[[hosts]]`` lines than
-    MAX_HOSTS was refused by the count made before parsing, naming 8,000 entries it did
-    not have; a file under PRECOUNT_BYTES is parsed first, and the error names the
+    MAX_HOSTS was refused by the count made before parsing, naming 8,193 entries it did
+    not have; a file under PRECOUNT_CHARS is parsed first, and the error names the
     field at fault."""
     from geoconsole.inventory import MAX_HOSTS
 

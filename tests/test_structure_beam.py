@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import itertools
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from solver import structures
 from solver.structure_beam import beam_structures
@@ -33,19 +34,26 @@ def _sequence_cost(coarse: Coarse, seq: np.ndarray) -> float:
 
 def _brute(coarse: Coarse, vecs: np.ndarray, d_pp: int) -> float:
     """Least cost over every sequence of ``d_pp`` vectors that adds up to ``z`` (depth
-    first, partial sums within ``z``)."""
+    first, partial sums within ``z``; the edges from ``Coarse.between`` and
+    ``Coarse.inside`` directly)."""
+    n = len(vecs)
+    same = np.arange(n)[:, None] == np.arange(n)[None, :]
+    pairs = np.array([(i, j) for i in range(n) for j in range(n)])
+    edge = np.where(same, coarse.inside(vecs)[:, None],
+                    coarse.between(vecs[pairs[:, 0]], vecs[pairs[:, 1]]).reshape(n, n))
+    value = coarse.data_p(vecs)
     best = [np.inf]
 
-    def extend(seq: list[int], left: np.ndarray) -> None:
-        if len(seq) == d_pp:
+    def extend(last: int, depth: int, left: np.ndarray, f: float, top: float) -> None:
+        if depth == d_pp:
             if not left.any():
-                best[0] = min(best[0], _sequence_cost(coarse, vecs[seq]))
+                best[0] = min(best[0], top + 2.0 * f)
             return
-        for i, v in enumerate(vecs):
-            if (v <= left).all():
-                extend(seq + [i], left - v)
+        for i in range(n):
+            if (vecs[i] <= left).all():
+                extend(i, depth + 1, left - vecs[i], f + (edge[last, i] if depth else 0.0), max(top, value[i]))
 
-    extend([], coarse.z.copy())
+    extend(-1, 0, coarse.z.copy(), 0.0, -np.inf)
     return best[0]
 
 
@@ -65,6 +73,45 @@ def test_beams_at_every_threshold_find_the_brute_force_optimum_of_any_run_count(
             assert len(seq) == 5 and np.array_equal(seq.sum(axis=0), coarse.z)
             assert all((a != b).any() for (a, _), (b, _) in zip(runs, runs[1:]))  # maximal runs
         assert [c for c, _ in found] == sorted(c for c, _ in found)
+
+
+def _stub(z, rng) -> Coarse:
+    """A coarse model of random mean costs and links drawn from five levels (ties
+    common): optima of up to six runs."""
+    m = len(z)
+    coarse = Coarse.__new__(Coarse)
+    coarse.m, coarse.z = m, np.array(z, dtype=np.int64)
+    a = rng.uniform(0.1, 3.0, (m, m))
+    p = rng.choice([0.1, 0.5, 1.0, 2.0, 4.0], (m, m))
+    coarse.a, coarse.p = (a + a.T) / 2, np.minimum(p, p.T)
+    coarse.subsets = ((np.arange(1, 1 << m)[:, None] >> np.arange(m)) & 1).astype(np.int64)
+    coarse.levels = np.unique(coarse.p)
+    first = np.where(coarse.subsets[:, :, None] > 0, coarse.p[None, :, :], np.inf).min(axis=1)
+    coarse.reach_order = np.argsort(first, axis=1, kind="stable")
+    coarse.reach_at = np.take_along_axis(first, coarse.reach_order, axis=1)
+    return coarse
+
+
+def test_beams_are_exact_on_random_coarse_models_whose_optima_have_many_runs():
+    rng = np.random.default_rng(1)
+    runs_seen = set()
+    tried = 0
+    while tried < 30:
+        m, r, p = int(rng.integers(2, 5)), int(rng.integers(2, 4)), int(rng.integers(3, 7))
+        z = rng.multinomial(r * p, np.ones(m) / m)
+        if (z == 0).any():
+            continue
+        coarse = _stub(z, rng)
+        vecs = vectors(coarse, r, most=10_000)
+        if len(vecs) ** p > 200_000:
+            continue  # keep the brute force quick
+        tried += 1
+        found = beam_structures(coarse, vecs, p, most=1, width=10**9, counts=tuple(range(1, len(vecs) + 1)))
+        best = _brute(coarse, vecs, p)
+        assert (found[0][0] if found else np.inf) == pytest.approx(best, abs=1e-9)
+        if found:
+            runs_seen.add(len(found[0][1]))
+    assert max(runs_seen) >= 5  # optima of many runs were among them
 
 
 def test_the_seven_run_basin_of_draw_2_h96_is_found_by_the_beams():
@@ -148,16 +195,51 @@ def test_the_beams_have_a_window_of_their_own_after_the_enumeration(monkeypatch)
     assert search.BEAM_SHARE > 0
 
 
-def test_wide_keys_give_the_same_structures(monkeypatch):
-    """Where the state keys could pass 62 bits (many classes of many devices) the beams
-    rank the states instead; the structures found are the same."""
+def test_no_beams_where_the_state_keys_could_pass_62_bits(monkeypatch):
+    """As the enumeration, the beams give nothing where an integer key of a state's
+    counts could wrap (many classes of many devices)."""
     import solver.structure_beam as beam_module
 
     model = _sites([8, 8, 4, 4], d_pp=6, d_dp=4)
     coarse = Coarse(model, classes(model))
     vecs = vectors(coarse, 4)
-    narrow = beam_structures(coarse, vecs, 6, most=5)
-    monkeypatch.setattr(beam_module, "KEY_BITS", 0)
-    wide = beam_structures(coarse, vecs, 6, most=5)
-    assert narrow and [(c, [(v.tolist(), n) for v, n in r]) for c, r in wide] == \
-        [(c, [(v.tolist(), n) for v, n in r]) for c, r in narrow]
+    assert beam_structures(coarse, vecs, 6, most=5)
+    monkeypatch.setattr(beam_module, "KEY_BITS", 3)
+    assert beam_structures(coarse, vecs, 6, most=5) == []
+
+
+def test_a_structure_found_by_both_is_started_once():
+    runs = [(np.array([2, 0]), 1), (np.array([0, 2]), 2)]
+    mirrored = list(reversed(runs))
+    other = [(np.array([1, 1]), 3)]
+    kept = structures._once([(1.0, runs), (1.0, mirrored), (1.0, [(v.copy(), n) for v, n in runs]), (2.0, other)])
+    assert [c for c, _ in kept] == [1.0, 2.0]
+
+
+def test_solve_gives_the_beams_a_window_of_their_own(monkeypatch):
+    """Under a time limit the beams' stop is a window of BEAM_SHARE of it, apart from
+    the structure window (which the enumeration may use up); without one, none."""
+    from solver import search
+
+    model = _sites([8, 8, 4, 4], d_pp=6, d_dp=4)
+    seen = []
+
+    def record(model_, order, most=3, stop=lambda: False, beam_stop=None):
+        seen.append((stop, beam_stop))
+        return []
+
+    monkeypatch.setattr(search, "structure_starts", record)
+    monkeypatch.setattr(search, "BEAM_SHARE", 0.05)
+    monkeypatch.setattr(search, "START_SHARE", 0.01)
+    search.solve(model, time_limit=2.0, workers=1)
+    stop, beam_stop = seen[-1]
+    assert beam_stop is not stop
+    stop()  # the windows open at their first call
+    beam_stop()
+    time.sleep(0.03)
+    assert stop() and not beam_stop()  # 0.02 s against 0.1 s
+    time.sleep(0.08)
+    assert beam_stop()
+    search.solve(model, restarts=0, workers=1)
+    stop, beam_stop = seen[-1]
+    assert not stop() and not beam_stop()
