@@ -56,7 +56,8 @@ candidates of five runs), ``O(S 2^m m)`` for the floors of S structures.
 
 Many short runs. Layouts of more than five runs, most of them one stage group long,
 are looked for by beams over the stage sequence (solver.structure_beam); they join the
-enumerated structures where the cheapest of them is cheaper by more than BEAM_LEAD.
+enumerated structures where the cheapest of them is cheaper by more than BEAM_LEAD, or
+where the enumeration found none.
 
 Deal (``deal``). The groups of a structure, in pipeline order, take their ``v_c``
 devices of each class from that class's devices in label order (hosts together), so a
@@ -480,7 +481,10 @@ def leading(model, structured: list[np.ndarray], others: list[np.ndarray], margi
     return [k for k, c in enumerate(costs) if c <= best / (1.0 - margin)]
 
 
-def _once(found: list[tuple[float, list[tuple[np.ndarray, int]]]]) -> list[tuple[float, list[tuple[np.ndarray, int]]]]:
+Structure = tuple[float, list[tuple[np.ndarray, int]]]  #: (coarse cost, [(v, L), ...])
+
+
+def _once(found: list[Structure]) -> list[Structure]:
     """``found`` with each structure once: a later one with the same runs, or the same
     runs reversed (the same coarse cost), is left out. O(S q m)."""
     seen, out = set(), []
