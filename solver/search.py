@@ -243,9 +243,8 @@ def _starts(model: CostModel, extra, stop: Callable[[], bool] = lambda: False,
                 parts, grid = found
                 starts.append((f"{name}: blocks {'+'.join(map(str, parts))}", grid))
     if STRUCTURE_STARTS:
-        structure_stop = stop if structure_stop is None else structure_stop
-        starts += structure_starts(model, orders[0][1], stop=structure_stop,
-                                   beam_stop=structure_stop if beam_stop is None else beam_stop)
+        starts += structure_starts(model, orders[0][1], stop=stop if structure_stop is None else structure_stop,
+                                   beam_stop=beam_stop)
     return starts
 
 

@@ -101,17 +101,10 @@ def beam_structures(coarse, vecs: np.ndarray, d_pp: int, most: int, width: int =
     vecs = vecs[:a]
     values = coarse.data_p(vecs)
     edge = edges(coarse, vecs)
-    found: dict[bytes, tuple[float, np.ndarray]] = {}
-    tried = 0
+    found: dict[bytes, tuple[float, np.ndarray]] = {}  # a sequence costs the same in every beam
     for count in sorted(set(min(c, a) for c in counts)):
-        if count <= tried:
-            continue
-        tried = count
         for f, seq in _beam(coarse.z, vecs[:count], edge[:count, :count], d_pp, width, stop):
-            canon = min(seq.tobytes(), seq[::-1].tobytes())
-            cost = float(values[seq].max() + 2.0 * f)
-            if canon not in found or cost < found[canon][0]:
-                found[canon] = (cost, seq)
+            found.setdefault(min(seq.tobytes(), seq[::-1].tobytes()), (float(values[seq].max() + 2.0 * f), seq))
         if stop():
             break
     out = []
